@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.fixtures_spark", "tests.fixtures_postgres"]
+
 REPO = Path(__file__).resolve().parents[1]
 TMP_ROOT = REPO / ".tmp"
 TMP_ROOT.mkdir(exist_ok=True)

@@ -1,0 +1,216 @@
+"""Controller settings from an Airflow Variable: one JSON object per pipeline, validated.
+
+Users edit gains and limits in the Airflow UI (Admin → Variables). Every key is optional; a missing
+key takes Spark's default. An invalid edit raises :class:`SettingsError` naming the Variable, the
+key, the bad value and the allowed range — and nothing else happens, so no state changes.
+
+Pure Python: no Airflow import (the operators read the Variable and pass its text here).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .control.allocation import RateLimits
+from .control.pid import PIDRateEstimator
+from .control.scaling import MAX_EXECUTORS_DEFAULT, ScalingPolicy
+from .models import TopicPartition
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class _Rule:
+    kind: type  # float, int or bool
+    low: float | None = None
+    low_open: bool = False  # low is exclusive
+    high: float | None = None
+    doc: str = ""
+
+    def describe(self) -> str:
+        if self.kind is bool:
+            return "true or false"
+        lo = "-inf" if self.low is None else f"{self.low:g}"
+        hi = "inf" if self.high is None else f"{self.high:g}"
+        bracket = "(" if self.low_open or self.low is None else "["
+        what = "an integer" if self.kind is int else "a number"
+        return f"{what} in {bracket}{lo}, {hi}{']' if self.high is not None else ')'}"
+
+
+# key -> rule. Defaults live on ControllerSettings (they equal Spark's).
+RULES: dict[str, _Rule] = {
+    "backpressure_enabled": _Rule(bool, doc="size batches by the PID rate (spark.streaming.backpressure.enabled)"),
+    "proportional": _Rule(float, 0.0, doc="PID proportional gain (spark.streaming.backpressure.pid.proportional)"),
+    "integral": _Rule(float, 0.0, doc="PID integral gain (…pid.integral)"),
+    "derivative": _Rule(float, 0.0, doc="PID derivative gain (…pid.derived)"),
+    "min_rate": _Rule(float, 0.0, low_open=True, doc="lowest estimated rate, records/s (…pid.minRate)"),
+    "initial_rate": _Rule(int, 0, doc="records/s before the first estimate, 0 = none (…backpressure.initialRate)"),
+    "max_rate_per_partition": _Rule(int, 0, doc="records/s cap per partition, 0 = none (…kafka.maxRatePerPartition)"),
+    "min_rate_per_partition": _Rule(int, 1, doc="records per batch floor per partition (…kafka.minRatePerPartition)"),
+    "scaling_enabled": _Rule(bool, doc="let the scaling operator change the executor target"),
+    "scaling_up_ratio": _Rule(float, 0.0, low_open=True, doc="scale up at avg processing/interval >= this"),
+    "scaling_down_ratio": _Rule(float, 0.0, low_open=True, doc="scale down at avg processing/interval <= this"),
+    "min_executors": _Rule(int, 1, doc="lowest executor target"),
+    "max_executors": _Rule(int, 1, doc="highest executor target"),
+    "initial_executors": _Rule(int, 1, doc="executor target before any scaling decision"),
+    "scaling_window_batches": _Rule(int, 1, doc="successful batches averaged per decision"),
+    "cooldown_batches": _Rule(int, 0, doc="batches after a change during which the target holds"),
+}
+# per-topic caps: {"topic": records/s}
+MAP_KEYS = {"max_rate_per_topic"}
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    backpressure_enabled: bool = True
+    proportional: float = 1.0
+    integral: float = 0.2
+    derivative: float = 0.0
+    min_rate: float = 100.0
+    initial_rate: int = 0
+    max_rate_per_partition: int = 0
+    min_rate_per_partition: int = 1
+    max_rate_per_topic: dict[str, int] = field(default_factory=dict)
+    scaling_enabled: bool = True
+    scaling_up_ratio: float = 0.9
+    scaling_down_ratio: float = 0.3
+    min_executors: int = 1
+    max_executors: int = MAX_EXECUTORS_DEFAULT
+    initial_executors: int = 1
+    scaling_window_batches: int = 3
+    cooldown_batches: int = 3
+
+    # ----- derived objects for the control core ---------------------------------------------
+    def estimator(self, batch_interval_ms: int) -> PIDRateEstimator:
+        return PIDRateEstimator(
+            batch_interval_ms, self.proportional, self.integral, self.derivative, self.min_rate
+        )
+
+    def rate_limits(self, partitions: list[TopicPartition] | None = None) -> RateLimits:
+        overrides = {
+            tp: int(self.max_rate_per_topic[tp.topic])
+            for tp in (partitions or [])
+            if tp.topic in self.max_rate_per_topic
+        }
+        return RateLimits(
+            max_rate_per_partition=self.max_rate_per_partition,
+            min_rate_per_partition=self.min_rate_per_partition,
+            initial_rate=self.initial_rate,
+            max_rate_overrides=overrides,
+        )
+
+    def scaling_policy(self) -> ScalingPolicy:
+        return ScalingPolicy(
+            scaling_up_ratio=self.scaling_up_ratio,
+            scaling_down_ratio=self.scaling_down_ratio,
+            min_executors=self.min_executors,
+            max_executors=self.max_executors,
+            cooldown_batches=self.cooldown_batches,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def _coerce(source: str, key: str, value: Any, rule: _Rule) -> Any:
+    def fail(problem: str) -> SettingsError:
+        return SettingsError(
+            f"{source}: key {key!r} = {value!r} is invalid: {problem}; allowed: {rule.describe()}"
+            + (f" ({rule.doc})" if rule.doc else "")
+        )
+
+    if rule.kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise fail("not a boolean")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise fail("not a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise fail("not a finite number")
+    if rule.kind is int:
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise fail("not a whole number")
+            value = int(value)
+    else:
+        value = float(value)
+    if rule.low is not None and (value <= rule.low if rule.low_open else value < rule.low):
+        raise fail("out of range")
+    if rule.high is not None and value > rule.high:
+        raise fail("out of range")
+    return value
+
+
+def parse_settings(text: str | dict[str, Any] | None, *, source: str = "controller settings") -> ControllerSettings:
+    """Validate a JSON object of settings; ``source`` (e.g. the Variable key) appears in errors."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        raw: dict[str, Any] = {}
+    elif isinstance(text, dict):
+        raw = text
+    else:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SettingsError(
+                f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); expected an "
+                'object such as {"proportional": 1.0, "integral": 0.2}'
+            ) from e
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{source}: expected a JSON object of settings, got {type(raw).__name__}")
+
+    known = set(RULES) | MAP_KEYS
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise SettingsError(
+            f"{source}: unknown key(s) {unknown}; allowed keys: {sorted(known)}"
+        )
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in RULES:
+            values[key] = _coerce(source, key, value, RULES[key])
+    if "max_rate_per_topic" in raw:
+        caps = raw["max_rate_per_topic"]
+        if not isinstance(caps, dict):
+            raise SettingsError(
+                f"{source}: key 'max_rate_per_topic' = {caps!r} is invalid: expected an object "
+                'mapping topic to records/s, e.g. {"orders": 500}'
+            )
+        values["max_rate_per_topic"] = {
+            str(t): _coerce(source, f"max_rate_per_topic.{t}", v, RULES["max_rate_per_partition"])
+            for t, v in caps.items()
+        }
+    settings = ControllerSettings(**values)
+
+    # relations between keys
+    if not settings.scaling_up_ratio > settings.scaling_down_ratio:
+        raise SettingsError(
+            f"{source}: key 'scaling_up_ratio' = {settings.scaling_up_ratio!r} must be greater than "
+            f"'scaling_down_ratio' = {settings.scaling_down_ratio!r}"
+        )
+    if settings.max_executors < settings.min_executors:
+        raise SettingsError(
+            f"{source}: key 'max_executors' = {settings.max_executors!r} must be >= "
+            f"'min_executors' = {settings.min_executors!r}"
+        )
+    return settings
+
+
+def settings_help() -> str:
+    """One line per key, with its default and allowed values: shown in the Variable's description."""
+    defaults = ControllerSettings()
+    lines = []
+    for f in fields(ControllerSettings):
+        if f.name in RULES:
+            rule = RULES[f.name]
+            lines.append(f"{f.name} (default {getattr(defaults, f.name)!r}; {rule.describe()}): {rule.doc}")
+        else:
+            lines.append(f"{f.name} (default {{}}): per-topic max records/s per partition, e.g. {{\"orders\": 500}}")
+    return "\n".join(lines)
