@@ -1,0 +1,49 @@
+"""KafkaOffsetsHook: an Airflow connection in the Kafka provider's format → offset queries.
+
+The connection is the one apache-airflow-providers-apache-kafka uses (``kafka_default``): its extra
+JSON holds librdkafka-style properties such as ``bootstrap.servers``, ``security.protocol``,
+``sasl.mechanism``, ``sasl.username`` and ``sasl.password``. Host and port are used when the extra
+has no ``bootstrap.servers``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+from ..kafka_offsets import KafkaOffsets
+
+
+class KafkaOffsetsHook(BaseHook):
+    conn_name_attr = "kafka_config_id"
+    default_conn_name = "kafka_default"
+    conn_type = "kafka"
+    hook_name = "Apache Kafka"
+
+    def __init__(self, kafka_config_id: str = default_conn_name, timeout_s: float = 10.0) -> None:
+        super().__init__()
+        self.kafka_config_id = kafka_config_id
+        self.timeout_s = timeout_s
+
+    def client_properties(self) -> dict[str, Any]:
+        """The connection's librdkafka-style properties, with ``bootstrap.servers`` always set."""
+        conn = self.get_connection(self.kafka_config_id)
+        props = dict(conn.extra_dejson or {})
+        if not props.get("bootstrap.servers") and conn.host:
+            props["bootstrap.servers"] = f"{conn.host}:{conn.port}" if conn.port else conn.host
+        return props
+
+    def get_conn(self) -> KafkaOffsets:
+        """A :class:`KafkaOffsets` client; close it (or use it as a context manager) when done."""
+        return KafkaOffsets(
+            self.client_properties(), source=f"Kafka connection {self.kafka_config_id!r}", timeout_s=self.timeout_s
+        )
+
+    def test_connection(self) -> tuple[bool, str]:
+        try:
+            with self.get_conn() as client:
+                client.consumer.topics()
+            return True, "Connection successfully tested"
+        except Exception as e:
+            return False, str(e)

@@ -1,0 +1,86 @@
+"""KafkaOffsetsHook against the real embedded broker: offsets equal what the test produced."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_kafka_backpressure.kafka_config import KafkaConfigError
+from airflow_kafka_backpressure.kafka_offsets import KafkaUnavailableError, TopicNotFoundError
+from airflow_kafka_backpressure.local.broker import free_port
+from airflow_kafka_backpressure.local.producer import ensure_topic, produce
+from airflow_kafka_backpressure.models import TopicPartition
+
+
+def _connection(monkeypatch, conn_id: str, extra: dict, **fields) -> str:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kafka", "extra": extra, **fields}))
+    return conn_id
+
+
+def _hook(conn_id: str, timeout_s: float = 5.0):
+    from airflow_kafka_backpressure.hooks.kafka_offsets import KafkaOffsetsHook
+
+    return KafkaOffsetsHook(conn_id, timeout_s=timeout_s)
+
+
+def test_offsets_and_group_positions_match_what_was_produced(kafka_broker, topic_name, monkeypatch):
+    conn_id = _connection(monkeypatch, "kafka_hooktest", {"bootstrap.servers": kafka_broker.bootstrap})
+    ensure_topic(kafka_broker.bootstrap, topic_name, 4)
+    produce(kafka_broker.bootstrap, topic_name, count=103, partitions=4)  # ids i -> partition i % 4
+    expected_latest = {TopicPartition(topic_name, p): len(range(p, 103, 4)) for p in range(4)}
+
+    with _hook(conn_id).get_conn() as kafka:
+        tps = kafka.partitions([topic_name])
+        assert tps == sorted(expected_latest)
+        assert kafka.earliest_offsets(tps) == dict.fromkeys(tps, 0)
+        assert kafka.latest_offsets(tps) == expected_latest
+
+        group = f"{topic_name}-group"
+        assert kafka.committed_offsets(group, tps) == {}
+        assert kafka.lag(group, [topic_name]) == expected_latest
+        kafka.commit_offsets(group, {tps[0]: 10, tps[1]: 26})
+        assert kafka.committed_offsets(group, tps) == {tps[0]: 10, tps[1]: 26}
+        lag = kafka.lag(group, [topic_name])
+        assert lag[tps[0]] == expected_latest[tps[0]] - 10
+        assert lag[tps[1]] == 0
+        assert lag[tps[2]] == expected_latest[tps[2]]
+
+
+def test_host_and_port_are_used_without_bootstrap_servers(kafka_broker, topic_name, monkeypatch):
+    host, port = kafka_broker.bootstrap.split(":")
+    conn_id = _connection(monkeypatch, "kafka_hostport", {}, host=host, port=int(port))
+    ensure_topic(kafka_broker.bootstrap, topic_name, 1)
+    with _hook(conn_id).get_conn() as kafka:
+        assert kafka.partitions([topic_name]) == [TopicPartition(topic_name, 0)]
+
+
+def test_missing_topic_is_a_clear_error(kafka_broker, monkeypatch):
+    conn_id = _connection(monkeypatch, "kafka_missing", {"bootstrap.servers": kafka_broker.bootstrap})
+    with _hook(conn_id).get_conn() as kafka, pytest.raises(TopicNotFoundError, match=r"\['no-such-topic'\] do not exist"):
+        kafka.partitions(["no-such-topic"])
+
+
+def test_unreachable_broker_is_a_clear_error_not_a_hang(monkeypatch):
+    dead = f"127.0.0.1:{free_port()}"
+    conn_id = _connection(monkeypatch, "kafka_dead", {"bootstrap.servers": dead, "sasl.password": "s3cret"})
+    with pytest.raises(KafkaUnavailableError) as e:
+        with _hook(conn_id, timeout_s=2).get_conn() as kafka:
+            kafka.partitions(["t"])
+    msg = str(e.value)
+    assert "kafka_dead" in msg and dead in msg and "reachable" in msg
+    assert "s3cret" not in msg  # secrets are redacted
+
+
+def test_unknown_property_is_refused_with_the_key(monkeypatch):
+    conn_id = _connection(monkeypatch, "kafka_badkey", {"bootstrap.servers": "x:1", "sasl.pasword": "x"})
+    with pytest.raises(KafkaConfigError, match="sasl.pasword"):
+        _hook(conn_id).get_conn()
+
+
+def test_test_connection_reports_success_and_failure(kafka_broker, monkeypatch):
+    ok = _connection(monkeypatch, "kafka_ok", {"bootstrap.servers": kafka_broker.bootstrap})
+    assert _hook(ok).test_connection()[0] is True
+    bad = _connection(monkeypatch, "kafka_bad", {"bootstrap.servers": f"127.0.0.1:{free_port()}"})
+    status, message = _hook(bad, timeout_s=1).test_connection()
+    assert status is False and "no Kafka broker answered" in message
