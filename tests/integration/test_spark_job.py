@@ -1,0 +1,436 @@
+"""The bounded Spark job against the real embedded broker and real Spark (local[2]).
+
+Most batches run in the session's in-process SparkSession (``run_batch``); the production command
+line (``spark-submit job.py --spec …`` with the package zip on ``--py-files``) runs twice: a
+successful re-run of a batch and an unreachable broker. The sink is always checked by reading the
+Parquet back with pyarrow, independently of the job.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.dataset as pads
+import pytest
+
+from airflow_kafka_backpressure.local.broker import free_port
+from airflow_kafka_backpressure.local.producer import ensure_topic, produce
+from airflow_kafka_backpressure.models import BatchMetrics, BatchPlan, JobSpec, OffsetRange, batch_path
+from airflow_kafka_backpressure.spark import sink as sink_mod
+from airflow_kafka_backpressure.spark.job import (
+    METRICS_PREFIX,
+    JobError,
+    choose_reader,
+    job_script_path,
+    package_zip,
+    run_batch,
+)
+from airflow_kafka_backpressure.spark.kafka_range_source import (
+    KAFKA_SCHEMA,
+    SOURCE_NAME,
+    KafkaRangeDataSource,
+    KafkaRangeReadError,
+    range_source_options,
+    read_range,
+)
+
+PARTITIONS = 4
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def make_spec(
+    tmp: Path,
+    bootstrap: str,
+    batch_id: int,
+    ranges: dict[tuple[str, int], tuple[int, int]],
+    *,
+    sink: Path,
+    transform: str | None = None,
+    kafka: dict | None = None,
+    options: dict | None = None,
+) -> JobSpec:
+    plan = BatchPlan(
+        pipeline="test",
+        batch_id=batch_id,
+        run_id=f"run-{batch_id}",
+        ranges=tuple(OffsetRange(t, p, a, b) for (t, p), (a, b) in ranges.items()),
+        sink=str(sink),
+        batch_interval_ms=10_000,
+        planned_at_ms=int(time.time() * 1000),
+    )
+    return JobSpec(
+        plan=plan,
+        kafka=kafka or {"bootstrap.servers": bootstrap},
+        metrics_path=str(tmp / f"metrics-{batch_id}.json"),
+        launched_at_ms=int(time.time() * 1000),
+        reader="auto",
+        transform=transform,
+        poll_timeout_ms=500,
+        stall_timeout_s=20,
+        options=options or {},
+    )
+
+
+def write_spec(spec: JobSpec, path: Path) -> Path:
+    path.write_text(json.dumps(spec.to_dict()))
+    path.chmod(0o600)
+    return path
+
+
+def sink_table(sink: Path):
+    """The whole sink, read independently of the job (pyarrow, Hive partitioning)."""
+    return pads.dataset(str(sink), format="parquet", partitioning="hive").to_table()
+
+
+def ids_of(table) -> list[int]:
+    return [json.loads(v)["id"] for v in table.column("value").to_pylist()]
+
+
+def expected_counts(spec: JobSpec) -> dict[tuple[str, int], int]:
+    # The embedded broker has no offset gaps: records per range = offsets per range.
+    return {(r.topic, r.partition): r.count for r in spec.plan.ranges}
+
+
+def metric_counts(m: BatchMetrics) -> dict[tuple[str, int], int]:
+    return {(p.topic, p.partition): p.records for p in m.partitions}
+
+
+def assert_metrics_match(m: BatchMetrics, spec: JobSpec) -> None:
+    assert m.batch_id == spec.plan.batch_id
+    assert metric_counts(m) == expected_counts(spec)
+    assert m.records == sum(expected_counts(spec).values())
+    assert m.launched_at_ms == spec.launched_at_ms
+    assert m.launched_at_ms <= m.read_started_at_ms <= m.committed_at_ms
+    assert m.executors == 1  # local mode
+    on_disk = BatchMetrics.from_dict(json.loads(Path(spec.metrics_path).read_text()))
+    assert on_disk == m
+
+
+@pytest.fixture
+def topic4(kafka_broker, topic_name):
+    ensure_topic(kafka_broker.bootstrap, topic_name, PARTITIONS)
+    return topic_name
+
+
+@pytest.fixture
+def sink(tmp_path) -> Path:
+    return tmp_path / "sink"
+
+
+# --------------------------------------------------------------------------- the acceptance flow
+
+
+def test_three_batches_and_a_rerun_hold_every_record_exactly_once(
+    spark, spark_submit, kafka_broker, topic4, sink, tmp_path
+):
+    bootstrap, t = kafka_broker.bootstrap, topic4
+    produced = produce(bootstrap, t, count=80, partitions=PARTITIONS)  # ids 0..79, 20 per partition
+
+    plans = {
+        0: {(t, 0): (0, 10), (t, 1): (0, 5), (t, 2): (0, 0), (t, 3): (0, 12)},
+        1: {(t, 0): (10, 20), (t, 1): (5, 20), (t, 2): (0, 15), (t, 3): (12, 12)},
+    }
+    specs = {b: make_spec(tmp_path, bootstrap, b, r, sink=sink) for b, r in plans.items()}
+    for b in (0, 1):
+        assert_metrics_match(run_batch(spark, specs[b]), specs[b])
+
+    produced += produce(bootstrap, t, count=80, partitions=PARTITIONS, start_id=80)  # 40 per partition
+    plans[2] = {(t, 0): (20, 40), (t, 1): (20, 40), (t, 2): (15, 40), (t, 3): (12, 40)}
+    specs[2] = make_spec(tmp_path, bootstrap, 2, plans[2], sink=sink)
+    assert_metrics_match(run_batch(spark, specs[2]), specs[2])
+
+    # Re-run batch 1 through the production command line, with the package shipped as a zip.
+    rerun = make_spec(tmp_path, bootstrap, 1, plans[1], sink=sink)
+    rerun = JobSpec.from_dict({**rerun.to_dict(), "metrics_path": str(tmp_path / "metrics-1-rerun.json")})
+    spec_file = write_spec(rerun, tmp_path / "spec-1-rerun.json")
+    zip_path = package_zip(tmp_path / "dist")
+    started = time.monotonic()
+    proc = spark_submit(job_script_path(), "--spec", str(spec_file), py_files=[zip_path])
+    submit_s = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(METRICS_PREFIX)]
+    assert len(lines) == 1, proc.stdout
+    printed = BatchMetrics.from_dict(json.loads(lines[0][len(METRICS_PREFIX) :]))
+    assert_metrics_match(printed, rerun)
+    print(f"spark-submit re-run of batch 1: {submit_s:.1f}s wall")  # informational only
+
+    # Every produced record exactly once, read back independently of the job.
+    table = sink_table(sink)
+    assert sorted(ids_of(table)) == list(range(produced))
+    assert Counter(ids_of(table)) == Counter(range(produced))
+    keys = list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
+    assert len(keys) == len(set(keys))
+    per_batch = Counter(table.column("batch_id").to_pylist())
+    assert per_batch == {b: sum(c for _, c in expected_counts(specs[b]).items()) for b in (0, 1, 2)}
+    # id i went to partition i % 4 as the (i // 4)-th record there.
+    for pid, p, off in zip(ids_of(table), table.column("partition").to_pylist(), table.column("offset").to_pylist()):
+        assert (p, off) == (pid % PARTITIONS, pid // PARTITIONS)
+
+    # Spark reads the sink root the same way.
+    assert spark.read.parquet(str(sink)).count() == produced
+
+    # The manifest describes the committed re-run; nothing temporary is left.
+    manifest = sink_mod.read_manifest(spark, str(sink), 1)
+    assert manifest["records"] == sum(expected_counts(rerun).values())
+    assert manifest["ranges"] == [r.to_dict() for r in rerun.plan.ranges]
+    assert {(p["topic"], p["partition"]): p["records"] for p in manifest["partitions"]} == expected_counts(rerun)
+    assert manifest["files"] and all(f["bytes"] > 0 for f in manifest["files"])
+    assert sink_mod.leftovers(spark, str(sink), 1) == []
+    assert sorted(p.name for p in sink.iterdir() if not p.name.startswith(".")) == [
+        "batch_id=0",
+        "batch_id=1",
+        "batch_id=2",
+    ]
+
+
+def test_all_empty_batch_commits_an_empty_directory_readers_accept(spark, kafka_broker, topic4, sink, tmp_path):
+    bootstrap, t = kafka_broker.bootstrap, topic4
+    produce(bootstrap, t, count=8, partitions=PARTITIONS)
+    full = make_spec(tmp_path, bootstrap, 0, {(t, p): (0, 2) for p in range(PARTITIONS)}, sink=sink)
+    run_batch(spark, full)
+    empty = make_spec(tmp_path, bootstrap, 1, {(t, p): (2, 2) for p in range(PARTITIONS)}, sink=sink)
+    m = run_batch(spark, empty)
+    assert_metrics_match(m, empty)
+    assert m.records == 0 and m.bytes == 0
+
+    manifest = json.loads((sink / "batch_id=1" / sink_mod.MANIFEST_NAME).read_text())
+    assert manifest["records"] == 0 and manifest["batch_id"] == 1
+    table = sink_table(sink)
+    assert sorted(ids_of(table)) == list(range(8))
+    assert set(table.column("batch_id").to_pylist()) == {0}
+    assert spark.read.parquet(str(sink)).count() == 8
+    # The empty batch has the same columns as a full one.
+    assert spark.read.parquet(str(sink / "batch_id=1")).schema == spark.read.parquet(str(sink / "batch_id=0")).schema
+
+    no_ranges = make_spec(tmp_path, bootstrap, 2, {}, sink=sink)
+    assert run_batch(spark, no_ranges).records == 0
+    assert (sink / "batch_id=2" / sink_mod.MANIFEST_NAME).exists()
+    assert sink_table(sink).num_rows == 8
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_range_past_latest_is_a_clear_error_and_writes_nothing(spark, kafka_broker, topic4, sink, tmp_path):
+    bootstrap, t = kafka_broker.bootstrap, topic4
+    produce(bootstrap, t, count=8, partitions=PARTITIONS)  # latest = 2 everywhere
+    spec = make_spec(tmp_path, bootstrap, 5, {(t, 0): (0, 2), (t, 1): (1, 7)}, sink=sink)
+    with pytest.raises(JobError) as err:
+        run_batch(spark, spec)
+    msg = str(err.value)
+    assert f"{t}-1[1, 7)" in msg and "latest offset 2" in msg and "re-plan" in msg
+    assert f"{t}-0" not in msg.replace(f"{t}-1", "")  # only the bad range is blamed
+    assert not Path(batch_path(str(sink), 5)).exists()
+    assert not Path(spec.metrics_path).exists()
+    assert not sink.exists() or not [p for p in sink.iterdir() if not p.name.startswith(".")]
+
+
+def test_missing_topic_is_a_clear_error_and_is_not_created(spark, kafka_broker, sink, tmp_path, topic_name):
+    from kafka import KafkaAdminClient
+
+    missing = f"{topic_name}-missing"
+    spec = make_spec(tmp_path, kafka_broker.bootstrap, 0, {(missing, 0): (0, 5)}, sink=sink)
+    with pytest.raises(JobError, match=f"topic '{missing}' does not exist"):
+        run_batch(spark, spec)
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    try:
+        assert missing not in admin.list_topics()
+    finally:
+        admin.close()
+    assert not sink.exists()
+
+
+def test_missing_partition_is_a_clear_error(spark, kafka_broker, topic4, sink, tmp_path):
+    spec = make_spec(tmp_path, kafka_broker.bootstrap, 0, {(topic4, 9): (0, 1)}, sink=sink)
+    with pytest.raises(JobError, match=r"has no partition 9 \(it has \[0, 1, 2, 3\]\)"):
+        run_batch(spark, spec)
+
+
+def test_unreachable_broker_fails_the_submitted_job_with_a_clear_error(spark_submit, tmp_path, sink):
+    dead = f"127.0.0.1:{free_port()}"
+    kafka = {"bootstrap.servers": dead, "socket.connection.setup.timeout.ms": "2000"}
+    spec = make_spec(tmp_path, dead, 0, {("t", 0): (0, 5)}, sink=sink, kafka=kafka)
+    proc = spark_submit(job_script_path(), "--spec", str(write_spec(spec, tmp_path / "spec.json")))
+    output = proc.stdout + proc.stderr  # spark-submit merges the Python driver's stderr into stdout
+    assert proc.returncode == 1, output[-4000:]
+    errors = [line for line in output.splitlines() if line.startswith("KBP_ERROR ")]
+    assert errors and f"cannot reach Kafka at '{dead}'" in errors[0], output[-4000:]
+    assert METRICS_PREFIX not in proc.stdout
+    assert not sink.exists()
+    assert not Path(spec.metrics_path).exists()
+
+
+def test_bad_spec_file_exits_2(spark_submit, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"plan": {}}')
+    from airflow_kafka_backpressure.spark.job import main
+
+    assert main(["--spec", str(bad)]) == 2
+    assert main(["--spec", str(tmp_path / "nope.json")]) == 2
+
+
+# --------------------------------------------------------------------------- transform
+
+
+def test_transform_is_applied_and_metrics_count_what_was_read(spark, kafka_broker, topic4, sink, tmp_path):
+    bootstrap, t = kafka_broker.bootstrap, topic4
+    produce(bootstrap, t, count=40, partitions=PARTITIONS)
+    ranges = {(t, p): (0, 10) for p in range(PARTITIONS)}
+    spec = make_spec(tmp_path, bootstrap, 0, ranges, sink=sink, transform="tests.integration.spark_transforms:even_ids")
+    m = run_batch(spark, spec)
+    assert_metrics_match(m, spec)  # all 40 read, though only 20 are written
+    table = sink_table(sink)
+    assert "headers" not in table.column_names
+    assert sorted(table.column("id").to_pylist()) == list(range(0, 40, 2))
+    assert sorted(ids_of(table)) == list(range(0, 40, 2))
+
+
+def test_transform_ignoring_its_input_still_gets_counts(spark, kafka_broker, topic4, sink, tmp_path):
+    bootstrap, t = kafka_broker.bootstrap, topic4
+    produce(bootstrap, t, count=12, partitions=PARTITIONS)
+    spec = make_spec(
+        tmp_path,
+        bootstrap,
+        0,
+        {(t, p): (0, 3) for p in range(PARTITIONS)},
+        sink=sink,
+        transform="tests.integration.spark_transforms:unrelated",
+        options={"observation_wait_s": 1},
+    )
+    assert_metrics_match(run_batch(spark, spec), spec)
+    assert sink_table(sink).num_rows == 3
+
+
+@pytest.mark.parametrize(
+    "transform, message",
+    [
+        ("tests.integration.no_such_module:fn", "cannot import module 'tests.integration.no_such_module'"),
+        ("tests.integration.spark_transforms:missing", "has no attribute 'missing'"),
+        ("tests.integration.spark_transforms:NOT_CALLABLE", "not a function"),
+        ("tests.integration.spark_transforms:not_a_dataframe", "returned int, not a DataFrame"),
+    ],
+)
+def test_bad_transform_is_a_clear_error(spark, kafka_broker, topic4, sink, tmp_path, transform, message):
+    produce(kafka_broker.bootstrap, topic4, count=4, partitions=PARTITIONS)
+    spec = make_spec(tmp_path, kafka_broker.bootstrap, 0, {(topic4, 0): (0, 1)}, sink=sink, transform=transform)
+    with pytest.raises(JobError, match=message):
+        run_batch(spark, spec)
+    assert not Path(batch_path(str(sink), 0)).exists()
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+def test_reader_auto_picks_python_without_the_kafka_jar(spark):
+    assert choose_reader(spark, "auto") == "python"
+    assert choose_reader(spark, "python") == "python"
+    with pytest.raises(JobError, match="KafkaSourceProvider is not on the classpath"):
+        choose_reader(spark, "native")
+
+
+def test_data_source_yields_the_kafka_source_schema_and_values(spark, kafka_broker, topic_name):
+    from kafka import KafkaProducer
+
+    bootstrap = kafka_broker.bootstrap
+    ensure_topic(bootstrap, topic_name, 1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, batch_size=1, linger_ms=0)
+    try:
+        producer.send(topic_name, key=b"k0", value=b"v0", partition=0, timestamp_ms=1_700_000_000_123).get()
+        producer.send(
+            topic_name, value=b"v1", partition=0, headers=[("h", b"x"), ("e", b"")], timestamp_ms=1_700_000_000_456
+        ).get()
+        producer.send(topic_name, key=b"k2", value=None, partition=0, timestamp_ms=1_700_000_000_789).get()
+        producer.send(topic_name, key=b"k3", value=b"after", partition=0).get()
+    finally:
+        producer.close()
+
+    spark.dataSource.register(KafkaRangeDataSource)
+    opts = range_source_options([OffsetRange(topic_name, 0, 0, 3)], {"bootstrap.servers": bootstrap})
+    df = spark.read.format(SOURCE_NAME).options(**opts).load()
+    assert df.schema == KAFKA_SCHEMA
+    rows = sorted(df.collect(), key=lambda r: r["offset"])
+    assert [r["offset"] for r in rows] == [0, 1, 2]  # offset 3 is past until
+    assert [r["key"] for r in rows] == [b"k0", None, b"k2"]
+    assert [r["value"] for r in rows] == [b"v0", b"v1", None]
+    assert {r["topic"] for r in rows} == {topic_name} and {r["partition"] for r in rows} == {0}
+    assert [int(r["timestamp"].timestamp() * 1000) for r in rows] == [
+        1_700_000_000_123,
+        1_700_000_000_456,
+        1_700_000_000_789,
+    ]
+    assert [r["timestampType"] for r in rows] == [0, 0, 0]
+    assert rows[0]["headers"] is None  # as Spark's Kafka source: no headers -> null
+    assert [(h["key"], h["value"]) for h in rows[1]["headers"]] == [("h", b"x"), ("e", b"")]
+
+
+def test_read_range_reads_exactly_and_stalls_with_a_clear_error(kafka_broker, topic4):
+    bootstrap = kafka_broker.bootstrap
+    produce(bootstrap, topic4, count=20, partitions=PARTITIONS)  # 5 per partition
+    props = {"bootstrap.servers": bootstrap}
+    batches = list(read_range(OffsetRange(topic4, 2, 1, 4), props, max_records_per_batch=2))
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == [1, 2, 3] and [b.num_rows for b in batches] == [2, 1]
+    assert [json.loads(v)["id"] for b in batches for v in b.column("value").to_pylist()] == [6, 10, 14]
+
+    with pytest.raises(KafkaRangeReadError) as err:
+        list(read_range(OffsetRange(topic4, 1, 3, 9), props, poll_timeout_ms=200, stall_timeout_s=1))
+    msg = str(err.value)
+    assert f"{topic4}-1[3, 9)" in msg and "position 5" in msg and "stalled" in msg
+
+
+def test_stalled_read_fails_the_job_with_the_range_named(spark, kafka_broker, topic4, sink, tmp_path, monkeypatch):
+    """The bounds check normally prevents this; bypass it to see the executor's error surface."""
+    from airflow_kafka_backpressure.spark import job
+
+    produce(kafka_broker.bootstrap, topic4, count=4, partitions=PARTITIONS)  # 1 per partition
+    spec = make_spec(tmp_path, kafka_broker.bootstrap, 0, {(topic4, 0): (0, 3)}, sink=sink)
+    spec = JobSpec.from_dict({**spec.to_dict(), "stall_timeout_s": 1, "poll_timeout_ms": 200})
+    monkeypatch.setattr(job, "check_bounds", lambda s: {})
+    with pytest.raises(JobError) as err:
+        run_batch(spark, spec)
+    assert f"reading {topic4}-0[0, 3) stalled" in str(err.value)
+    assert not Path(batch_path(str(sink), 0)).exists()
+    assert sink_mod.leftovers(spark, str(sink), 0) == []  # the failed write removed its staging dir
+
+
+# --------------------------------------------------------------------------- the sink
+
+
+def _rows(spark, ids):
+    return spark.createDataFrame([(i, f"r{i}") for i in ids], "id long, name string")
+
+
+def test_sink_ignores_and_cleans_crash_leftovers(spark, sink):
+    root = str(sink)
+    sink_mod.write_batch(spark, _rows(spark, range(5)), root, 1, lambda: {"records": 5})
+    sink_mod.write_batch(spark, _rows(spark, range(5, 8)), root, 7, lambda: {"records": 3})
+    # What crashes leave behind: a finished staging dir, a replaced version (both full copies).
+    for name in ("_kbp_staging_1_dead", "_kbp_replaced_1_dead", "_kbp_staging_7_dead"):
+        shutil.copytree(sink / "batch_id=1", sink / name)
+    assert sorted(sink_table(sink).column("id").to_pylist()) == list(range(8))
+    assert spark.read.parquet(root).count() == 8
+
+    manifest = sink_mod.write_batch(spark, _rows(spark, range(5)), root, 1, lambda: {"records": 5})
+    assert manifest["batch_id"] == 1 and manifest["records"] == 5
+    assert sink_mod.leftovers(spark, root, 1) == []
+    assert sink_mod.leftovers(spark, root, 7) == ["_kbp_staging_7_dead"]  # other batches' are theirs
+    assert spark.read.parquet(root).count() == 8
+
+
+def test_sink_converges_after_a_crash_between_the_two_renames(spark, sink):
+    root = str(sink)
+    sink_mod.write_batch(spark, _rows(spark, range(4)), root, 3, lambda: {})
+    # Crash after "batch_id=3 -> _kbp_replaced_3_x" and before "staging -> batch_id=3".
+    shutil.copytree(sink / "batch_id=3", sink / "_kbp_staging_3_x")
+    (sink / "batch_id=3").rename(sink / "_kbp_replaced_3_x")
+    sink_mod.write_batch(spark, _rows(spark, range(4)), root, 3, lambda: {})
+    assert sorted(r["id"] for r in spark.read.parquet(root).collect()) == [0, 1, 2, 3]
+    assert sink_mod.leftovers(spark, root, 3) == []
+    assert sink_mod.read_manifest(spark, root, 3)["batch_id"] == 3
+    assert sink_mod.read_manifest(spark, root, 4) is None
