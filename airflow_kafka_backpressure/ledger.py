@@ -654,6 +654,7 @@ class Ledger:
         planned_at_ms: int,
         rate: float | None = None,
         data_loss: Sequence[DataLoss] = (),
+        lag: int | None = None,
     ) -> BatchPlan:
         """Store a new batch and its ranges in one transaction and return its plan (with its id).
 
@@ -710,6 +711,7 @@ class Ledger:
                     planned_at_ms=int(planned_at_ms),
                     rate=rate,
                     data_loss=data_loss,
+                    lag=lag,
                 )
                 conn.execute(
                     update(batch_table).where(batch_table.c.batch_id == batch_id).values(plan_json=plan.to_json())

@@ -110,6 +110,7 @@ class BatchPlan:
     planned_at_ms: int
     rate: float | None = None
     data_loss: tuple[DataLoss, ...] = ()
+    lag: int | None = None  # records between the ranges' ends and the latest offsets when planned
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", tuple(sorted(self.ranges)))
@@ -139,6 +140,7 @@ class BatchPlan:
             "planned_at_ms": self.planned_at_ms,
             "rate": self.rate,
             "data_loss": [d.to_dict() for d in self.data_loss],
+            "lag": self.lag,
         }
 
     @classmethod
@@ -153,6 +155,7 @@ class BatchPlan:
             planned_at_ms=int(d["planned_at_ms"]),
             rate=None if d.get("rate") is None else float(d["rate"]),
             data_loss=tuple(DataLoss.from_dict(x) for x in d.get("data_loss", ())),
+            lag=None if d.get("lag") is None else int(d["lag"]),
         )
 
     def to_json(self) -> str:

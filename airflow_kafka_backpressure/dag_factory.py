@@ -1,0 +1,109 @@
+"""One factory for a pipeline's two DAGs: ingest (plan → ingest → record → scale) and replay.
+
+The ingest DAG runs once per batch interval, one run at a time (``max_active_runs=1``), so each
+run's plan starts where the previous one ended. The replay DAG waits for failed batches and replays
+them, earliest first. Both are built from a :class:`~airflow_kafka_backpressure.pipeline.PipelineConfig`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG
+
+from .operators import (
+    ExecutorScalingOperator,
+    PlanOffsetRangesOperator,
+    RecordBatchMetricsOperator,
+    ReplayFailedRangesOperator,
+    SparkKafkaBatchOperator,
+)
+from .pipeline import PipelineConfig
+from .sensors.failed_ranges import FailedRangesSensor
+
+PIPELINES_FILE_ENV = "KBP_PIPELINES_FILE"
+
+
+def _doc(p: PipelineConfig) -> str:
+    return f"""### Kafka → Spark micro-batches: `{p.name}`
+Topics `{', '.join(p.topics)}` → `{p.sink}`, one batch every {p.batch_interval_s:g} s.
+
+* **plan** — the batch's offset ranges, sized by the PID rate (XCom: the plan, with `rate` and `lag`).
+* **ingest** — a bounded Spark job reads exactly those ranges and swaps its output in (XCom: metrics).
+* **record** — feeds the metrics to the PID controller, commits consumer group `{p.group}` (XCom: the new rate).
+* **scale** — sets the next job's executor count from processing time / batch interval (XCom: the decision).
+
+Tune the controller in **Admin → Variables**: `{p.settings_variable}` (gains and limits, JSON).
+State: `{p.controller_variable}` (PID), `{p.executors_variable}` (executor target).
+Failed batches are replayed by the DAG `{p.replay_dag_id}`.
+"""
+
+
+def build_ingest_dag(p: PipelineConfig, **dag_kwargs: Any) -> DAG:
+    args = dict(
+        dag_id=p.ingest_dag_id,
+        schedule=timedelta(seconds=p.batch_interval_s),
+        start_date=pendulum.parse(p.start_date),
+        catchup=False,
+        max_active_runs=1,
+        default_args={"retries": 0},
+        tags=["kafka-backpressure", p.name, *p.tags],
+        doc_md=_doc(p),
+    )
+    args.update(dag_kwargs)
+    with DAG(**args) as dag:
+        plan = PlanOffsetRangesOperator(task_id="plan", pipeline=p)
+        ingest = SparkKafkaBatchOperator(task_id="ingest", pipeline=p)
+        record = RecordBatchMetricsOperator(task_id="record", pipeline=p)
+        scale = ExecutorScalingOperator(task_id="scale", pipeline=p)
+        plan >> ingest >> record >> scale
+    return dag
+
+
+def build_replay_dag(p: PipelineConfig, **dag_kwargs: Any) -> DAG:
+    every = p.replay_interval_s or 5 * p.batch_interval_s
+    args = dict(
+        dag_id=p.replay_dag_id,
+        schedule=timedelta(seconds=every),
+        start_date=pendulum.parse(p.start_date),
+        catchup=False,
+        max_active_runs=1,
+        default_args={"retries": 0},
+        tags=["kafka-backpressure", p.name, "replay", *p.tags],
+        doc_md=f"Replays failed batches of pipeline `{p.name}`, earliest first, with the same ranges and sink path.",
+    )
+    args.update(dag_kwargs)
+    with DAG(**args) as dag:
+        wait = FailedRangesSensor(
+            task_id="failed_ranges",
+            pipeline=p,
+            deferrable=p.replay_deferrable,
+            poke_interval=max(1.0, min(30.0, every / 4)),
+            timeout=max(1.0, every * 0.9),
+            soft_fail=True,  # nothing failed in this window: the run is skipped, not failed
+        )
+        replay = ReplayFailedRangesOperator(task_id="replay", pipeline=p)
+        wait >> replay
+    return dag
+
+
+def build_dags(pipelines: Iterable[PipelineConfig]) -> dict[str, DAG]:
+    dags: dict[str, DAG] = {}
+    for p in pipelines:
+        for dag in (build_ingest_dag(p), build_replay_dag(p)):
+            dags[dag.dag_id] = dag
+    return dags
+
+
+def load_pipelines(path: str | os.PathLike[str] | None = None) -> list[PipelineConfig]:
+    """Pipelines from ``path``, else ``$KBP_PIPELINES_FILE`` (a JSON list, or ``{"pipelines": [...]}``)."""
+    path = path or os.environ.get(PIPELINES_FILE_ENV)
+    if not path:
+        return []
+    text = Path(path).read_text()
+    return PipelineConfig.load_all(text, source=str(path))

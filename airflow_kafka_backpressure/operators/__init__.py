@@ -1,0 +1,15 @@
+"""Airflow operators of the pipeline: plan → ingest → record → scale, and replay."""
+
+from .ingest import SparkKafkaBatchOperator
+from .plan import PlanOffsetRangesOperator
+from .record import RecordBatchMetricsOperator
+from .replay import ReplayFailedRangesOperator
+from .scale import ExecutorScalingOperator
+
+__all__ = [
+    "PlanOffsetRangesOperator",
+    "SparkKafkaBatchOperator",
+    "RecordBatchMetricsOperator",
+    "ExecutorScalingOperator",
+    "ReplayFailedRangesOperator",
+]

@@ -1,0 +1,121 @@
+"""What the operators share: the pipeline, its Variables, its ledger and Kafka clients.
+
+Variables are read only inside ``execute()``. Settings are parsed before anything is written, so
+an invalid edit fails the task and changes no state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from airflow.sdk import Variable
+
+from ..config import ControllerSettings, parse_settings, settings_help
+from ..control.pid import RateController
+from ..kafka_offsets import KafkaOffsets
+from ..ledger import Ledger
+from ..pipeline import PipelineConfig
+
+log = logging.getLogger(__name__)
+
+# kafka-python logs every connection at INFO; keep task logs readable unless the user chose a level
+if logging.getLogger("kafka").level == logging.NOTSET:
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+
+
+def as_pipeline(pipeline: PipelineConfig | dict[str, Any]) -> PipelineConfig:
+    return pipeline if isinstance(pipeline, PipelineConfig) else PipelineConfig.from_dict(dict(pipeline))
+
+
+def load_settings(pipeline: PipelineConfig) -> ControllerSettings:
+    """Parse the settings Variable; create it with Spark's defaults (and help text) if missing."""
+    key = pipeline.settings_variable
+    text = Variable.get(key, default=None)
+    if text is None:
+        settings = ControllerSettings()
+        Variable.set(key, settings.to_json(), description=f"Gains and limits of pipeline {pipeline.name}.\n" + settings_help())
+        log.info("Created Variable %r with Spark's defaults; edit it in the UI to tune the controller", key)
+        return settings
+    return parse_settings(text, source=f"Variable {key!r}")
+
+
+def _load_json_variable(key: str) -> dict[str, Any] | None:
+    text = Variable.get(key, default=None)
+    if text is None or not str(text).strip():
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(
+            f"Variable {key!r} is not valid JSON ({e}). It holds state written by the pipeline; "
+            "delete it to start again from defaults."
+        ) from e
+    if not isinstance(value, dict):
+        raise ValueError(f"Variable {key!r} must hold a JSON object; delete it to start again from defaults.")
+    return value
+
+
+def load_controller(pipeline: PipelineConfig, settings: ControllerSettings) -> RateController:
+    """The PID controller under the current settings (a gains edit re-applies the last batch)."""
+    estimator = settings.estimator(pipeline.batch_interval_ms)
+    state = _load_json_variable(pipeline.controller_variable)
+    if state is None:
+        return RateController(estimator)
+    try:
+        controller = RateController.from_dict(state)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(
+            f"Variable {pipeline.controller_variable!r} does not hold a controller state ({e}); "
+            "delete it to start the controller again."
+        ) from e
+    return controller.retuned(estimator)
+
+
+def save_controller(pipeline: PipelineConfig, controller: RateController) -> None:
+    Variable.set(
+        pipeline.controller_variable,
+        json.dumps(controller.to_dict(), sort_keys=True),
+        description=f"PID controller state of pipeline {pipeline.name} (written by the record task).",
+    )
+
+
+def load_executor_target(pipeline: PipelineConfig, settings: ControllerSettings) -> dict[str, Any]:
+    """``{"executors": n, "changed_after_batch": id | None, ...}``; initial executors when unset."""
+    state = _load_json_variable(pipeline.executors_variable) or {}
+    executors = state.get("executors", settings.initial_executors)
+    if not isinstance(executors, int) or executors < 1:
+        raise ValueError(
+            f"Variable {pipeline.executors_variable!r}: 'executors' = {executors!r} must be an integer >= 1"
+        )
+    return {"executors": executors, "changed_after_batch": state.get("changed_after_batch"), **{
+        k: v for k, v in state.items() if k not in ("executors", "changed_after_batch")
+    }}
+
+
+def save_executor_target(pipeline: PipelineConfig, state: dict[str, Any]) -> None:
+    Variable.set(
+        pipeline.executors_variable,
+        json.dumps(state, sort_keys=True),
+        description=f"Executor target of pipeline {pipeline.name} (written by the scale task).",
+    )
+
+
+def ledger_for(pipeline: PipelineConfig) -> Ledger:
+    from ..hooks.ledger import LedgerHook
+
+    return LedgerHook(pipeline.ledger_conn_id).get_conn()
+
+
+def kafka_for(pipeline: PipelineConfig) -> KafkaOffsets:
+    from ..hooks.kafka_offsets import KafkaOffsetsHook
+
+    return KafkaOffsetsHook(pipeline.kafka_conn_id).get_conn()
+
+
+def commit_progress(pipeline: PipelineConfig, ledger: Ledger, kafka: KafkaOffsets) -> dict[str, int]:
+    """Commit the consumer group up to the contiguous done offsets of the pipeline's topics."""
+    offsets = {tp: o for tp, o in ledger.committable_offsets(pipeline.name).items() if tp.topic in pipeline.topics}
+    kafka.commit_offsets(pipeline.group, offsets)
+    return {str(tp): o for tp, o in offsets.items()}

@@ -1,0 +1,177 @@
+"""End to end: the shipped DAGs under real Airflow (dag.test), the real broker, real Spark
+(spark-submit, local[2]) and a SQLite ledger. The sink is read back independently of the job."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_backpressure.control.allocation import RateLimits, max_messages_per_partition
+from airflow_kafka_backpressure.control.pid import PIDRateEstimator
+from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets
+from airflow_kafka_backpressure.ledger import Ledger
+from airflow_kafka_backpressure.local.producer import produce
+from airflow_kafka_backpressure.models import TopicPartition
+from airflow_kafka_backpressure.pipeline import PipelineConfig
+
+from . import airflow_harness as af
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sink_ids(sink: str | Path) -> Counter:
+    """Every record id in the sink, read with pyarrow (not Spark, not the job's code)."""
+    import pyarrow.dataset as ds
+
+    if not Path(sink).exists():
+        return Counter()
+    table = ds.dataset(str(sink), format="parquet", partitioning="hive").to_table(columns=["value"])
+    return Counter(json.loads(v.as_py())["id"] for v in table.column("value"))
+
+
+def expected_controller(ledger: Ledger, pipeline: PipelineConfig, gains_per_batch: list[tuple[float, ...]]):
+    """What Spark's estimator gives for the metrics recorded in the ledger, batch by batch."""
+    batches = sorted(ledger.recent_batches(pipeline.name, 1000, ["succeeded"]), key=lambda b: b.batch_id)
+    rate_limit = -1
+    state = None
+    for batch, gains in zip(batches, gains_per_batch):
+        est = PIDRateEstimator(pipeline.batch_interval_ms, *gains)
+        if state is not None:
+            est.load_state(state)
+        new = est.compute(batch.ended_at_ms, batch.records, batch.processing_ms, batch.scheduling_delay_ms)
+        if new is not None:
+            rate_limit = int(new)
+        state = est.state()
+    return state, rate_limit
+
+
+@pytest.fixture(scope="module")
+def airflow_db():
+    af.reset_airflow_db()
+
+
+@pytest.fixture
+def make_pipeline(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
+    return af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path)
+
+
+def committed(bootstrap: str, p: PipelineConfig) -> dict[TopicPartition, int]:
+    with KafkaOffsets({"bootstrap.servers": bootstrap}) as k:
+        return k.committed_offsets(p.group, k.partitions(p.topics))
+
+
+def test_three_runs_ingest_everything_exactly_once_and_the_controller_follows_spark(make_pipeline, kafka_broker):
+    p, ledger = make_pipeline()
+    topic = p.topics[0]
+    produced = 0
+    gains = (1.0, 0.2, 0.0, 100.0)  # Spark's defaults: the settings Variable starts with them
+    for n, count in enumerate([240, 160, 200]):
+        produce(kafka_broker.bootstrap, topic, count=count, partitions=4, start_id=produced)
+        produced += count
+        r = af.run_dag(p.ingest_dag_id, n)
+        assert r.state == "success", r.task_states
+        # each run's plan, metrics and rate are visible as XCom
+        assert r.xcoms["plan"]["batch_id"] == n + 1
+        assert r.xcoms["ingest"]["records"] == count == sum(x["until_offset"] - x["from_offset"] for x in r.xcoms["plan"]["ranges"])
+        assert sink_ids(p.sink) == Counter(range(produced))  # every record exactly once so far
+        state, rate_limit = expected_controller(ledger, p, [gains] * (n + 1))
+        stored = af.variable(p.controller_variable)
+        assert stored["estimator"]["state"] == state
+        assert stored["rate_limit"] == rate_limit == r.xcoms["record"]["rate_limit"]
+    assert af.variable(p.controller_variable)["rate_limit"] > 0  # the third batch got an estimate
+    # the group is committed to the end of everything ingested
+    assert sum(committed(kafka_broker.bootstrap, p).values()) == produced
+    assert af.variable(p.executors_variable)["executors"] >= 1
+
+    # clearing a finished run (same run id) reuses its range: same batch, same sink path, no duplicates
+    before = ledger.batch(2).plan
+    again = af.run_dag(p.ingest_dag_id, 1)
+    assert again.state == "success"
+    second = ledger.batch(2)
+    assert again.xcoms["plan"] == second.plan.to_dict()
+    assert second.attempts == 2
+    assert sink_ids(p.sink) == Counter(range(produced))
+    assert second.plan == before
+
+
+def test_settings_variable_tunes_the_next_plan_and_an_invalid_edit_changes_nothing(make_pipeline, kafka_broker):
+    p, ledger = make_pipeline(batch_interval_s=5)
+    topic = p.topics[0]
+    # two batches of very different sizes: their processing rates differ, so the gains matter
+    produce(kafka_broker.bootstrap, topic, count=40, partitions=4)
+    assert af.run_dag(p.ingest_dag_id, 0, 5).state == "success"  # seeds the estimator
+    produce(kafka_broker.bootstrap, topic, count=400, partitions=4, start_id=40)
+    # min_rate 1 so the estimate is the measured processing rate, not Spark's 100 records/s floor
+    af.set_variable(p.settings_variable, json.dumps({"min_rate": 1}))
+    assert af.run_dag(p.ingest_dag_id, 1, 5).state == "success"  # first estimate
+    rate_limit = af.variable(p.controller_variable)["rate_limit"]
+    assert 0 < rate_limit * 5 < 400  # a tiny local job: the sustainable rate is far below the backlog
+
+    produce(kafka_broker.bootstrap, topic, count=400, partitions=4, start_id=440)
+    # an invalid edit fails the plan task with the key and range, and changes no state
+    state_before = af.variable(p.controller_variable)
+    af.set_variable(p.settings_variable, json.dumps({"min_rate": 1, "integral": -0.5}))
+    bad = af.run_dag(p.ingest_dag_id, 2, 5)
+    assert bad.task_states["plan"] == "failed" and bad.state == "failed"
+    assert ledger.get_plan(p.name, bad.run_id) is None
+    assert len(ledger.recent_batches(p.name)) == 2
+    assert af.variable(p.controller_variable) == state_before
+
+    # edited gains take effect on the very next plan: the last batch is re-applied under them
+    af.set_variable(p.settings_variable, json.dumps({"min_rate": 1, "proportional": 0.5}))
+    with KafkaOffsets({"bootstrap.servers": kafka_broker.bootstrap}) as k:
+        tps = k.partitions([topic])
+        latest = k.latest_offsets(tps)
+    heads = ledger.heads(p.name)
+    r = af.run_dag(p.ingest_dag_id, 3, 5)
+    assert r.state == "success"
+    _, expected_rate = expected_controller(ledger, p, [(1.0, 0.2, 0.0, 100.0), (0.5, 0.2, 0.0, 1.0)])
+    assert r.xcoms["plan"]["rate"] == expected_rate != rate_limit
+    spark_mmp = max_messages_per_partition(heads, latest, 5000, RateLimits(), expected_rate)
+    planned = {TopicPartition(x["topic"], x["partition"]): x["until_offset"] - x["from_offset"] for x in r.xcoms["plan"]["ranges"]}
+    assert planned == {tp: min(spark_mmp[tp], latest[tp] - heads[tp]) for tp in tps}
+    assert sum(planned.values()) < 400  # backpressure held the batch below the backlog
+
+    # backpressure off: the next plan reads everything that is left
+    af.set_variable(p.settings_variable, json.dumps({"backpressure_enabled": False}))
+    assert af.run_dag(p.ingest_dag_id, 4, 5).state == "success"
+    assert sink_ids(p.sink) == Counter(range(840))
+
+
+def test_a_failed_batch_is_replayed_by_the_replay_dag_and_commits_wait_for_it(make_pipeline, kafka_broker, tmp_path, monkeypatch):
+    flag = tmp_path / "fail-now"
+    monkeypatch.setenv("KBP_TEST_FAIL_FLAG", str(flag))
+    p, ledger = make_pipeline(transform="tests.integration.e2e_transforms:fail_while_flagged", replay_interval_s=20)
+    topic = p.topics[0]
+
+    produce(kafka_broker.bootstrap, topic, count=120, partitions=4)
+    assert af.run_dag(p.ingest_dag_id, 0).state == "success"
+    produce(kafka_broker.bootstrap, topic, count=80, partitions=4, start_id=120)
+    flag.touch()
+    failed = af.run_dag(p.ingest_dag_id, 1)
+    assert failed.task_states["ingest"] == "failed"
+    batch = ledger.batch(2)
+    assert batch.status == "failed" and "injected failure" in batch.error
+    flag.unlink()
+
+    # the main line is not blocked: the next run plans after the failed range
+    produce(kafka_broker.bootstrap, topic, count=40, partitions=4, start_id=200)
+    assert af.run_dag(p.ingest_dag_id, 2).state == "success"
+    assert sink_ids(p.sink) == Counter(list(range(120)) + list(range(200, 240)))
+    # ... but the consumer group never passes the failed range
+    assert committed(kafka_broker.bootstrap, p) == {r.tp: r.from_offset for r in batch.ranges}
+
+    replay = af.run_dag(p.replay_dag_id, 0)
+    assert replay.state == "success", replay.task_states
+    assert replay.xcoms["failed_ranges"] == [2]
+    assert [x["batch_id"] for x in replay.xcoms["replay"]] == [2]
+    assert ledger.batch(2).status == "replayed"
+    assert sink_ids(p.sink) == Counter(range(240))
+    assert sum(committed(kafka_broker.bootstrap, p).values()) == 240
+
+    # nothing left: the sensor soft-fails (skipped), nothing is replayed twice
+    quiet = af.run_dag(p.replay_dag_id, 1)
+    assert quiet.task_states["failed_ranges"] == "skipped"

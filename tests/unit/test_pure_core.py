@@ -1,0 +1,31 @@
+"""The control core and the value objects import no Airflow, Spark or Kafka (checked in a fresh
+interpreter, so nothing imported by other tests can hide an import)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PURE_MODULES = [
+    "airflow_kafka_backpressure.control.pid",
+    "airflow_kafka_backpressure.control.allocation",
+    "airflow_kafka_backpressure.control.scaling",
+    "airflow_kafka_backpressure.control.scala",
+    "airflow_kafka_backpressure.models",
+    "airflow_kafka_backpressure.config",
+    "airflow_kafka_backpressure.pipeline",
+    "airflow_kafka_backpressure.kafka_config",
+]
+FORBIDDEN = ("airflow", "pyspark", "py4j", "kafka", "sqlalchemy")
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_module_imports_no_airflow_spark_or_kafka(module):
+    code = (
+        "import sys, importlib; importlib.import_module(%r); "
+        "print(','.join(sorted({m.split('.')[0] for m in sys.modules} & set(%r))))"
+    ) % (module, FORBIDDEN)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", f"{module} pulls in {out}"
