@@ -59,9 +59,11 @@ def produce(
     rate: float | None = None,
     payload_bytes: int = 64,
     client_config: dict[str, Any] | None = None,
+    stop: Any = None,
 ) -> int:
-    """Produce ``count`` records (forever when None) with ids from ``start_id``; id ``i`` goes to
-    partition ``i % partitions``. ``rate`` caps records per second. Returns the number sent."""
+    """Produce ``count`` records (until ``stop`` is set when None) with ids from ``start_id``; id
+    ``i`` goes to partition ``i % partitions``. ``rate`` caps records per second. Returns the
+    number sent."""
     from kafka import KafkaProducer
 
     producer = KafkaProducer(
@@ -76,6 +78,8 @@ def produce(
     started = time.monotonic()
     try:
         for record_id in _ids(start_id, count):
+            if stop is not None and stop.is_set():
+                break
             key, value = demo_record(record_id, payload_bytes)
             producer.send(topic, key=key, value=value, partition=record_id % partitions)
             sent += 1

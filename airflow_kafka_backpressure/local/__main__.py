@@ -1,0 +1,80 @@
+"""Command line for the embedded defaults.
+
+    python -m airflow_kafka_backpressure.local broker [--port 19092]
+    python -m airflow_kafka_backpressure.local produce --bootstrap 127.0.0.1:19092 --topic demo-events \\
+        --partitions 4 [--count N | --rate R]
+
+``broker`` runs in the foreground until SIGTERM/SIGINT and prints its bootstrap address once it
+answers metadata. ``produce`` creates the topic if needed and writes demo records with unique ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from .broker import TansuBroker
+from .producer import ensure_topic, produce
+
+
+def _broker(args: argparse.Namespace) -> int:
+    broker = TansuBroker(port=args.port, log_path=args.log)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    broker.start()
+    print(f"Kafka-protocol broker (Tansu) listening on {broker.bootstrap}, pid {broker.pid}", flush=True)
+    try:
+        while not stop.wait(1.0):
+            if broker.process is None or broker.process.poll() is not None:
+                print("broker process exited", file=sys.stderr)
+                return 1
+    finally:
+        broker.stop()
+    return 0
+
+
+def _produce(args: argparse.Namespace) -> int:
+    created = ensure_topic(args.bootstrap, args.topic, args.partitions)
+    if created:
+        print(f"created topic {args.topic} with {args.partitions} partitions", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    sent = produce(
+        args.bootstrap,
+        args.topic,
+        count=args.count,
+        partitions=args.partitions,
+        start_id=args.start_id,
+        rate=args.rate,
+        payload_bytes=args.payload_bytes,
+        stop=stop,
+    )
+    print(f"produced {sent} records to {args.topic} (ids {args.start_id}..{args.start_id + sent - 1})", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airflow_kafka_backpressure.local")
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("broker", help="run the embedded Tansu broker on 127.0.0.1")
+    b.add_argument("--port", type=int, default=None, help="port (default: a free one)")
+    b.add_argument("--log", default=None, help="append the broker's output to this file")
+    b.set_defaults(func=_broker)
+    p = sub.add_parser("produce", help="write demo records with unique ids")
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--count", type=int, default=None, help="records to write (default: until stopped)")
+    p.add_argument("--rate", type=float, default=None, help="records per second (default: as fast as possible)")
+    p.add_argument("--start-id", type=int, default=0)
+    p.add_argument("--payload-bytes", type=int, default=64)
+    p.set_defaults(func=_produce)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
