@@ -5,6 +5,8 @@
   (:mod:`airflow_kafka_backpressure.spark.environment`). Stopped at the end of the session.
 * ``spark_submit`` — runs the real ``spark-submit`` command line the way the operator will:
   ``spark_submit(application, *app_args, py_files=[...], conf={...})`` → ``CompletedProcess``.
+* ``spark_standalone`` — a real standalone master and one worker on 127.0.0.1 for the session
+  (:class:`StandaloneCluster`: master URL, web UI URLs, ``/json`` readers). Stopped at the end.
 """
 
 from __future__ import annotations
@@ -99,3 +101,191 @@ def spark_submit(spark_work_dir: Path) -> Callable[..., subprocess.CompletedProc
         )
 
     return run
+
+
+# --------------------------------------------------------------------------- standalone cluster
+
+STANDALONE_WORKER_CORES = 8  # more than the machine has: a worker may declare any number
+STANDALONE_WORKER_MEMORY = "6g"
+STANDALONE_START_TIMEOUT_S = 120
+
+
+class StandaloneCluster:
+    """A running Spark standalone master and one worker, both on 127.0.0.1.
+
+    ``master_url`` (``spark://127.0.0.1:PORT``), ``web_ui_url`` (the master's) and
+    ``worker_web_ui_url``; ``master_json()`` / ``worker_json()`` read their ``/json`` status pages.
+    """
+
+    def __init__(self, master_url: str, web_ui_url: str, worker_web_ui_url: str, root: Path) -> None:
+        self.master_url = master_url
+        self.web_ui_url = web_ui_url
+        self.worker_web_ui_url = worker_web_ui_url
+        self.root = root
+
+    @staticmethod
+    def _get_json(url: str) -> dict:
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(url.rstrip("/") + "/json/", timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def master_json(self) -> dict:
+        return self._get_json(self.web_ui_url)
+
+    def worker_json(self) -> dict:
+        return self._get_json(self.worker_web_ui_url)
+
+    def completed_app(self, name: str, timeout_s: float = 60) -> dict:
+        """The master's ``completedapps`` entry of the latest application called ``name``."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            apps = [a for a in self.master_json().get("completedapps", []) if a.get("name") == name]
+            if apps:
+                return max(apps, key=lambda a: a["starttime"])
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the master lists no completed application named {name!r}")
+            time.sleep(0.5)
+
+    def finished_executors(self, app_id: str, expected: int | None = None, timeout_s: float = 60) -> list[dict]:
+        """The worker's finished executors of ``app_id`` (waits until ``expected`` are listed:
+        the worker moves an executor to the finished list only once its process has exited)."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            worker = self.worker_json()
+            done = [e for e in worker.get("finishedexecutors", []) if e.get("appid") == app_id]
+            running = [e for e in worker.get("executors", []) if e.get("appid") == app_id]
+            if (expected is None or len(done) >= expected) and not running:
+                return done
+            if time.monotonic() > deadline:
+                return done
+            time.sleep(0.5)
+
+
+def _wait_for_log(proc: subprocess.Popen, log: Path, pattern: str, timeout_s: float) -> str:
+    import re
+    import time
+
+    rx = re.compile(pattern)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        m = rx.search(text)
+        if m:
+            return m.group(1)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    tail = (log.read_text(errors="replace") if log.exists() else "")[-4000:]
+    raise RuntimeError(f"{log.name}: no line matching {pattern!r} (exit code {proc.poll()}):\n{tail}")
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group ``proc`` leads (the JVM and whatever it started), then SIGKILL."""
+    import signal
+
+    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        # the leader is gone; anything left in its group (executors, Python workers) goes too
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return
+
+
+@pytest.fixture(scope="session")
+def spark_standalone() -> Iterator[StandaloneCluster]:
+    """A Spark standalone master and one worker (``--cores 8 --memory 6g``) on 127.0.0.1.
+
+    Started with the pip package's ``spark-class`` (no start scripts there); environment as the
+    operator gives spark-submit (:func:`spark_submit_env`) plus ``java.io.tmpdir`` in the work tree
+    for both daemons. Ready once the master's ``/json`` lists the worker ALIVE. Ports are chosen by
+    the JVMs (``0``) and read from their logs, so parallel sessions cannot collide. Both are
+    stopped by process group (the worker's group holds its executors) at the end.
+    """
+    import time
+    import uuid
+
+    from airflow_kafka_backpressure.spark.environment import pyspark_home, spark_submit_env
+
+    root = _TMP_ROOT / f"spark-standalone-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    java_tmp = root / "java-tmp"
+    worker_dir = root / "worker"
+    for d in (java_tmp, worker_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update(spark_submit_env(root, {"SPARK_LOCAL_IP": "127.0.0.1"}))
+    env["SPARK_DAEMON_JAVA_OPTS"] = f"-Djava.io.tmpdir={java_tmp}"
+    # the master's REST submission server would take the fixed port 6066; nothing here uses it
+    env["SPARK_MASTER_OPTS"] = "-Dspark.master.rest.enabled=false"
+    env.pop("SPARK_CONF_DIR", None)
+    spark_class = str(Path(pyspark_home()) / "bin" / "spark-class")
+
+    procs: list[subprocess.Popen] = []
+    logs: list[object] = []
+
+    def start(name: str, *args: str) -> tuple[subprocess.Popen, Path]:
+        log = root / f"{name}.log"
+        f = open(log, "w")  # noqa: SIM115 - closed at teardown
+        logs.append(f)
+        proc = subprocess.Popen(
+            [spark_class, *args], env=env, cwd=root, stdout=f, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        procs.append(proc)
+        return proc, log
+
+    try:
+        master, master_log = start(
+            "master", "org.apache.spark.deploy.master.Master",
+            "--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
+        )
+        master_url = _wait_for_log(
+            master, master_log, r"Starting Spark master at (spark://127\.0\.0\.1:\d+)", STANDALONE_START_TIMEOUT_S
+        )
+        ui_port = _wait_for_log(
+            master, master_log, r"Successfully started service 'MasterUI' on port (\d+)", STANDALONE_START_TIMEOUT_S
+        )
+        web_ui_url = f"http://127.0.0.1:{ui_port}"
+        worker, worker_log = start(
+            "worker", "org.apache.spark.deploy.worker.Worker", master_url,
+            "--host", "127.0.0.1", "--cores", str(STANDALONE_WORKER_CORES),
+            "--memory", STANDALONE_WORKER_MEMORY, "--webui-port", "0", "--work-dir", str(worker_dir),
+        )
+        cluster = StandaloneCluster(master_url, web_ui_url, "", root)
+        deadline = time.monotonic() + STANDALONE_START_TIMEOUT_S
+        while True:
+            try:
+                alive = [w for w in cluster.master_json().get("workers", []) if w.get("state") == "ALIVE"]
+            except OSError:
+                alive = []
+            if alive:
+                cluster.worker_web_ui_url = alive[0]["webuiaddress"]
+                break
+            if worker.poll() is not None or master.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"no ALIVE worker at {web_ui_url}/json:\n--- master ---\n"
+                    f"{master_log.read_text(errors='replace')[-3000:]}\n--- worker ---\n"
+                    f"{worker_log.read_text(errors='replace')[-3000:]}"
+                )
+            time.sleep(0.3)
+        yield cluster
+    finally:
+        for proc in reversed(procs):  # worker (and its executors) first, then the master
+            _stop_group(proc)
+        for f in logs:
+            f.close()
+        shutil.rmtree(root, ignore_errors=True)
