@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install what the project needs on a fresh Debian machine (idempotent, quick when nothing changed):
+#   - Java 17 for Spark (Debian's openjdk-17-jre-headless, when no java is on PATH),
+#   - .venv with the package, its test and local extras, pinned by constraints.txt
+#     (Airflow's own constraints file is not reachable here; pyspark must match pyspark-client).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PYTHON="${PYTHON:-python3}"
+
+log() { echo "bootstrap: $*" >&2; }
+
+if ! command -v java >/dev/null 2>&1; then
+    if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        log "installing Java 17 (openjdk-17-jre-headless)"
+        apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless >&2
+    else
+        log "ERROR: Spark needs Java 17 on PATH; install openjdk-17-jre-headless"; exit 1
+    fi
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+    log "creating .venv with $($PYTHON --version)"
+    "$PYTHON" -m venv .venv
+fi
+
+stamp=.venv/.kbp-installed
+want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
+if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+    log "installing the package with its test and local extras (pinned by constraints.txt)"
+    .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,local]' >&2
+    echo "$want" > "$stamp"
+fi

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The demo, in one command: the embedded Kafka-protocol broker, demo data (a burst, then a steady
+# stream), and `airflow standalone` on 127.0.0.1 with the demo pipeline's DAGs unpaused. Every
+# minute the ingest DAG plans a batch with the PID controller, runs it on Spark (local[2]) and
+# writes Parquet under .demo/sink. Ctrl-C stops everything this script started.
+#
+# Settings (environment): KBP_DEMO_DIR [.demo], KBP_DEMO_UI_PORT [8080, or a free port],
+# KBP_DEMO_BROKER_PORT [19092, or a free port], KBP_DEMO_RATE [200 records/s].
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+bash scripts/bootstrap.sh
+
+DEMO="$(mkdir -p "${KBP_DEMO_DIR:-$ROOT/.demo}" && cd "${KBP_DEMO_DIR:-$ROOT/.demo}" && pwd)"
+PY="$ROOT/.venv/bin/python"
+port_or_free() { "$PY" - "$1" <<'PY'
+import socket, sys
+want = int(sys.argv[1])
+with socket.socket() as s:
+    try:
+        s.bind(("127.0.0.1", want)); print(want)
+    except OSError:
+        s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])
+PY
+}
+UI_PORT="${KBP_DEMO_UI_PORT:-$(port_or_free 8080)}"
+BROKER_PORT="${KBP_DEMO_BROKER_PORT:-$(port_or_free 19092)}"
+BOOTSTRAP="127.0.0.1:$BROKER_PORT"
+TOPIC=demo-events
+
+# Every service runs in its own session (setsid), so stopping it stops all its children too.
+pids=()
+cleanup() {
+    trap - EXIT INT TERM
+    echo "stopping the demo ..." >&2
+    for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+    for _ in $(seq 60); do
+        alive=0
+        for pid in "${pids[@]}"; do kill -0 -- "-$pid" 2>/dev/null && alive=1; done
+        [[ $alive -eq 0 ]] && return
+        sleep 1
+    done
+    for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "starting the broker on $BOOTSTRAP" >&2
+setsid "$PY" -m airflow_kafka_backpressure.local broker --port "$BROKER_PORT" --log "$DEMO/broker.log" > "$DEMO/broker.out" &
+pids+=($!)
+for _ in $(seq 300); do grep -q listening "$DEMO/broker.out" 2>/dev/null && break; sleep 0.1; done
+grep -q listening "$DEMO/broker.out" || { echo "the broker did not start; see $DEMO/broker.log" >&2; exit 1; }
+
+echo "producing a burst of 30000 demo records, then ${KBP_DEMO_RATE:-200} records/s" >&2
+"$PY" -m airflow_kafka_backpressure.local produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --partitions 4 --count 30000 >&2
+setsid "$PY" -m airflow_kafka_backpressure.local produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --partitions 4 \
+    --start-id 30000 --rate "${KBP_DEMO_RATE:-200}" > "$DEMO/producer.log" 2>&1 &
+pids+=($!)
+
+cat > "$DEMO/pipelines.json" <<JSON
+{"pipelines": [{"name": "demo", "topics": ["$TOPIC"], "sink": "$DEMO/sink",
+                "batch_interval_s": 60, "replay_interval_s": 300, "tags": ["demo"]}]}
+JSON
+
+export AIRFLOW_HOME="$DEMO/airflow"
+export AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
+export AIRFLOW__CORE__PARALLELISM=4
+export AIRFLOW__API__HOST=127.0.0.1
+export AIRFLOW__API__PORT="$UI_PORT"
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$UI_PORT/execution/"
+export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=30
+export KBP_PIPELINES_FILE="$DEMO/pipelines.json"
+export AIRFLOW_CONN_KAFKA_DEFAULT="{\"conn_type\": \"kafka\", \"extra\": {\"bootstrap.servers\": \"$BOOTSTRAP\"}}"
+export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}'
+export SPARK_LOCAL_IP=127.0.0.1
+export PATH="$ROOT/.venv/bin:$PATH"
+mkdir -p "$AIRFLOW_HOME"
+
+airflow db migrate > "$DEMO/airflow-migrate.log" 2>&1
+# Start the controller with a small initial rate, so the backlog drains over several batches and
+# the PID's rate can be watched climbing to the sustainable rate. Kept if it exists (user edits).
+if ! airflow variables get kbp.demo.settings > /dev/null 2>&1; then
+    airflow variables set kbp.demo.settings '{"initial_rate": 100, "min_rate": 10}' \
+        --description "Gains and limits of the demo pipeline (see the provider's README)" > /dev/null
+fi
+
+echo "starting Airflow (airflow standalone) on http://127.0.0.1:$UI_PORT" >&2
+setsid airflow standalone > "$DEMO/airflow.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 240); do
+    curl -fsS "http://127.0.0.1:$UI_PORT/api/v2/monitor/health" > /dev/null 2>&1 && break
+    kill -0 "${pids[-1]}" 2>/dev/null || { echo "airflow standalone exited; see $DEMO/airflow.log" >&2; exit 1; }
+    sleep 1
+done
+curl -fsS "http://127.0.0.1:$UI_PORT/api/v2/monitor/health" > /dev/null || { echo "Airflow did not come up; see $DEMO/airflow.log" >&2; exit 1; }
+PASSWORD_FILE="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
+for _ in $(seq 30); do [[ -s "$PASSWORD_FILE" ]] && break; sleep 1; done
+PASSWORD="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("admin", "?"))' "$PASSWORD_FILE" 2>/dev/null || echo '?')"
+
+cat <<MSG
+
+  Airflow UI   http://127.0.0.1:$UI_PORT      user: admin   password: $PASSWORD
+  Monitor      http://127.0.0.1:$UI_PORT/plugin/kafka-backpressure   (Browse -> Kafka Backpressure)
+  Broker       $BOOTSTRAP, topic $TOPIC (4 partitions), ${KBP_DEMO_RATE:-200} records/s
+  Output       $DEMO/sink/batch_id=N/*.parquet
+  Logs         $DEMO/*.log
+
+  DAGs kbp_ingest_demo (every 60 s) and kbp_replay_demo (every 5 min) are unpaused.
+  Tune the controller in Admin -> Variables -> kbp.demo.settings. Ctrl-C stops the demo.
+
+MSG
+wait "${pids[-1]}"
