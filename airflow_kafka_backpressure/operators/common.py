@@ -115,7 +115,12 @@ def kafka_for(pipeline: PipelineConfig) -> KafkaOffsets:
 
 
 def commit_progress(pipeline: PipelineConfig, ledger: Ledger, kafka: KafkaOffsets) -> dict[str, int]:
-    """Commit the consumer group up to the contiguous done offsets of the pipeline's topics."""
-    offsets = {tp: o for tp, o in ledger.committable_offsets(pipeline.name).items() if tp.topic in pipeline.topics}
-    kafka.commit_offsets(pipeline.group, offsets)
-    return {str(tp): o for tp, o in offsets.items()}
+    """Commit the consumer group up to the contiguous done offsets of the pipeline's topics.
+
+    Only forward: while a finished batch is being rewritten (a cleared run) its ranges are not done,
+    but what the group already committed was durably written, so the commit never moves back."""
+    done = {tp: o for tp, o in ledger.committable_offsets(pipeline.name).items() if tp.topic in pipeline.topics}
+    current = kafka.committed_offsets(pipeline.group, list(done)) if done else {}
+    forward = {tp: o for tp, o in done.items() if o > current.get(tp, -1)}
+    kafka.commit_offsets(pipeline.group, forward)
+    return {str(tp): o for tp, o in forward.items()}

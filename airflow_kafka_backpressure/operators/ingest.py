@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from ..models import BatchMetrics
 from ..pipeline import PipelineConfig
 from .common import as_pipeline, ledger_for, load_executor_target, load_settings
 from .spark_job import submit_batch
@@ -24,7 +26,6 @@ class SparkKafkaBatchOperator(BaseOperator):
     def __init__(self, *, pipeline: PipelineConfig | dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pipeline = as_pipeline(pipeline)
-        self._batch_id: int | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
         from ..hooks.kafka_offsets import KafkaOffsetsHook
@@ -36,12 +37,22 @@ class SparkKafkaBatchOperator(BaseOperator):
             raise RuntimeError(
                 f"No batch is planned for run {context['run_id']!r} of pipeline {p.name!r}: run the plan task first."
             )
-        settings = load_settings(p)
-        executors = load_executor_target(p, settings)["executors"]
-        kafka_props = KafkaOffsetsHook(p.kafka_conn_id).client_properties()
+        try:
+            settings = load_settings(p)
+            executors = load_executor_target(p, settings)["executors"]
+            kafka_props = KafkaOffsetsHook(p.kafka_conn_id).client_properties()
+        except Exception as e:  # the batch must not wait a day to be found: it is replayable now
+            ledger.mark_failed(plan.batch_id, f"before the job started: {type(e).__name__}: {e}")
+            raise
 
         ledger.mark_running(plan.batch_id, executors=executors)
-        self._batch_id = plan.batch_id
+        if plan.records == 0:
+            # nothing to read: no Spark application for an idle topic, the batch is done
+            now = int(time.time() * 1000)
+            metrics = BatchMetrics(plan.batch_id, 0, 0, now, now, now, 0)
+            ledger.mark_succeeded(plan.batch_id, 0, 0, at_ms=now)
+            self.log.info("Batch %s is empty: no job submitted", plan.batch_id)
+            return metrics.to_dict()
         try:
             metrics = submit_batch(
                 p, plan, executors, kafka_props, attempt=f"ingest-{context['ti'].try_number}", task_log=self.log

@@ -95,6 +95,13 @@ def test_three_runs_ingest_everything_exactly_once_and_the_controller_follows_sp
     assert second.attempts == 2
     assert sink_ids(p.sink) == Counter(range(produced))
     assert second.plan == before
+    assert sum(committed(kafka_broker.bootstrap, p).values()) == produced  # never moved back
+
+    # an idle topic: the batch is empty and no Spark application is launched for it
+    idle = af.run_dag(p.ingest_dag_id, 3)
+    assert idle.state == "success"
+    assert idle.xcoms["ingest"]["records"] == 0 and idle.xcoms["ingest"]["executors"] == 0
+    assert ledger.batch(4).status == "succeeded" and not (Path(p.sink) / "batch_id=4").exists()
 
 
 def test_settings_variable_tunes_the_next_plan_and_an_invalid_edit_changes_nothing(make_pipeline, kafka_broker):
@@ -175,3 +182,21 @@ def test_a_failed_batch_is_replayed_by_the_replay_dag_and_commits_wait_for_it(ma
     # nothing left: the sensor soft-fails (skipped), nothing is replayed twice
     quiet = af.run_dag(p.replay_dag_id, 1)
     assert quiet.task_states["failed_ranges"] == "skipped"
+
+
+def test_a_broken_state_variable_fails_the_batch_and_the_replay_completes_it(make_pipeline, kafka_broker):
+    p, ledger = make_pipeline(replay_interval_s=20)
+    produce(kafka_broker.bootstrap, p.topics[0], count=60, partitions=4)
+    af.set_variable(p.executors_variable, "{not json")
+    r = af.run_dag(p.ingest_dag_id, 0)
+    assert r.task_states["plan"] == "success" and r.task_states["ingest"] == "failed"
+    batch = ledger.batch(1)
+    assert batch.status == "failed"  # replayable now, not stranded as 'planned'
+    assert p.executors_variable in batch.error and "not valid JSON" in batch.error
+
+    af.set_variable(p.executors_variable, json.dumps({"executors": 1}))
+    replay = af.run_dag(p.replay_dag_id, 0)
+    assert replay.state == "success"
+    assert ledger.batch(1).status == "replayed"
+    assert sink_ids(p.sink) == Counter(range(60))
+    assert sum(committed(kafka_broker.bootstrap, p).values()) == 60
