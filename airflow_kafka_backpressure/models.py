@@ -66,30 +66,13 @@ class OffsetRange:
         return f"{self.tp}[{self.from_offset}, {self.until_offset})"
 
 
-@dataclass(frozen=True)
-class DataLoss:
+@dataclass(frozen=True, order=True)
+class DataLoss(OffsetRange):
     """Offsets that retention deleted before they were read: ``[from_offset, until_offset)``."""
-
-    topic: str
-    partition: int
-    from_offset: int
-    until_offset: int
 
     @property
     def lost(self) -> int:
-        return self.until_offset - self.from_offset
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "from_offset": self.from_offset,
-            "until_offset": self.until_offset,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DataLoss:
-        return cls(str(d["topic"]), int(d["partition"]), int(d["from_offset"]), int(d["until_offset"]))
+        return self.count
 
 
 def batch_path(sink: str, batch_id: int) -> str:

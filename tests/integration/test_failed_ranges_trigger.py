@@ -10,6 +10,19 @@ from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.triggers.failed_ranges import FailedRangesTrigger
 
 
+def first_event(trigger: FailedRangesTrigger, timeout_s: float = 60):
+    """Run the trigger's real async loop until its first event."""
+
+    async def run():
+        gen = trigger.run()
+        try:
+            return await asyncio.wait_for(gen.__anext__(), timeout=timeout_s)
+        finally:
+            await gen.aclose()
+
+    return asyncio.run(run())
+
+
 def _plan(ledger: Ledger, run: str, start: int) -> int:
     plan = ledger.record_plan("p", run, [OffsetRange("t", 0, start, start + 10)], "/sink", 1000, 0)
     return plan.batch_id
@@ -33,28 +46,13 @@ def test_trigger_fires_when_a_batch_fails_and_round_trips_through_serialize(tmp_
     # the batch fails while the trigger is already waiting
     threading.Timer(0.3, lambda: ledger.mark_failed(second, "boom")).start()
 
-    async def first_event():
-        gen = revived.run()
-        try:
-            return await asyncio.wait_for(gen.__anext__(), timeout=30)
-        finally:
-            await gen.aclose()
-
-    event = asyncio.run(first_event())
-    assert event.payload == {"status": "found", "batch_ids": [second]}
+    assert first_event(revived).payload == {"status": "found", "batch_ids": [second]}
 
 
 def test_trigger_reports_an_unreachable_ledger_instead_of_spinning(tmp_path):
     trigger = FailedRangesTrigger("postgresql+psycopg2://nobody:x@127.0.0.1:1/none", "p", None, 0.05)
 
-    async def first_event():
-        gen = trigger.run()
-        try:
-            return await asyncio.wait_for(gen.__anext__(), timeout=60)
-        finally:
-            await gen.aclose()
-
-    event = asyncio.run(first_event())
+    event = first_event(trigger)
     assert event.payload["status"] == "error" and "OperationalError" in event.payload["message"]
 
 
@@ -65,11 +63,4 @@ def test_trigger_times_out_by_itself_at_its_deadline(tmp_path):
     Ledger(url).create_all()
     trigger = FailedRangesTrigger(url, "p", None, poll_interval_s=10, deadline_ms=int(time.time() * 1000) + 300)
 
-    async def first_event():
-        gen = trigger.run()
-        try:
-            return await asyncio.wait_for(gen.__anext__(), timeout=30)
-        finally:
-            await gen.aclose()
-
-    assert asyncio.run(first_event()).payload == {"status": "timeout"}
+    assert first_event(trigger).payload == {"status": "timeout"}
