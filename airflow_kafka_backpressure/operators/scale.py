@@ -36,7 +36,7 @@ class ExecutorScalingOperator(BaseOperator):
         batches = [
             b
             for b in ledger_for(p).recent_batches(p.name, limit=200, statuses=[SUCCEEDED])
-            if b.run_id and b.processing_ms is not None and (changed_after is None or b.batch_id > changed_after)
+            if b.processing_ms is not None and (changed_after is None or b.batch_id > changed_after)
         ]
         window = batches[: settings.scaling_window_batches]
         if not settings.scaling_enabled:
