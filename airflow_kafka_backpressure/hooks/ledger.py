@@ -1,54 +1,95 @@
 """LedgerHook: an Airflow connection (any SQLAlchemy URL) → the batch/range ledger.
 
-Without a connection id the ledger is a SQLite file under ``AIRFLOW_HOME``. With one, the
-connection's URI is used (a ``postgres`` connection becomes ``postgresql://…``), or its extra
-``{"sqlalchemy_url": "…"}`` when given. Engines are cached per URL in the process.
+Without a connection id the ledger is a SQLite file under ``AIRFLOW_HOME``. With one: a
+``kbp_ledger`` connection (this provider's form), or any other (``generic``, ``postgres`` …) with its
+extra ``{"sqlalchemy_url": "…"}`` or its fields — see :mod:`.ledger_connection`. The extra ``{"timeout_s": 30}`` bounds every
+ledger call (connect, locks, statements; see :mod:`airflow_kafka_backpressure.ledger.engine`).
+Engines are cached per URL and bound in the process.
+
+The first use of a ledger in a process upgrades its schema to the newest revision this package knows
+(the migrations lock, so tasks starting at once are safe; a ledger upgraded by a newer release is
+refused with a message). Users may also run ``python -m airflow_kafka_backpressure.ledger upgrade``.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
 from airflow.sdk import BaseHook
 
 from ..ledger import Ledger, default_ledger_url
+from ..ledger.engine import DEFAULT_TIMEOUT_S
+from .ledger_connection import LEDGER_CONN_TYPE, TIMEOUT_EXTRA, check_ledger_url, ledger_url
 
-_LEDGERS: dict[str, Ledger] = {}
+_LEDGERS: dict[tuple[str, float], Ledger] = {}
 _LOCK = threading.Lock()
 
 
-def ledger_for_url(url: str) -> Ledger:
+def ledger_for_url(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Ledger:
+    """The process's ledger for ``url`` (created, and its schema upgraded, on first use)."""
     with _LOCK:
-        ledger = _LEDGERS.get(url)
+        ledger = _LEDGERS.get((url, timeout_s))
         if ledger is None:
-            ledger = Ledger(url)
-            ledger.create_all()
-            _LEDGERS[url] = ledger
+            ledger = Ledger(url, timeout_s=timeout_s)
+            try:
+                ledger.upgrade()
+            except BaseException:
+                ledger.dispose()
+                raise
+            _LEDGERS[(url, timeout_s)] = ledger
         return ledger
 
 
 class LedgerHook(BaseHook):
     conn_name_attr = "ledger_conn_id"
     default_conn_name = "kbp_ledger_default"
-    conn_type = "generic"
-    hook_name = "Kafka backpressure ledger"
+    conn_type = LEDGER_CONN_TYPE
+    hook_name = "Kafka Backpressure ledger (SQL database)"
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """The connection form (declared in the provider info, which Airflow 3.2+ reads first)."""
+        from ..get_provider_info import ui_field_behaviour
+
+        return ui_field_behaviour(cls.conn_type)
 
     def __init__(self, ledger_conn_id: str | None = None) -> None:
         super().__init__()
         self.ledger_conn_id = ledger_conn_id
 
+    def _extra(self) -> dict[str, Any]:
+        if not self.ledger_conn_id:
+            return {}
+        return dict(self.get_connection(self.ledger_conn_id).extra_dejson or {})
+
     def url(self) -> str:
         if not self.ledger_conn_id:
             return default_ledger_url()
-        conn = self.get_connection(self.ledger_conn_id)
-        extra: dict[str, Any] = conn.extra_dejson or {}
-        if extra.get("sqlalchemy_url"):
-            return str(extra["sqlalchemy_url"])
-        uri = conn.get_uri()
-        if uri.startswith("postgres://"):
-            uri = "postgresql://" + uri[len("postgres://") :]
-        return uri
+        return ledger_url(self.get_connection(self.ledger_conn_id))
+
+    def timeout_s(self) -> float:
+        """The connection's ``timeout_s`` extra, else the ledger's default bound."""
+        value = self._extra().get(TIMEOUT_EXTRA, DEFAULT_TIMEOUT_S)
+        try:
+            timeout = float(value)
+        except (TypeError, ValueError):
+            timeout = math.nan
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(
+                f"Connection {self.ledger_conn_id!r}: extra {TIMEOUT_EXTRA!r} = {value!r} must be a number of "
+                f"seconds > 0 (the most a ledger call may wait); fix it or remove it (default {DEFAULT_TIMEOUT_S:g})."
+            )
+        return timeout
 
     def get_conn(self) -> Ledger:
-        return ledger_for_url(self.url())
+        return ledger_for_url(self.url(), self.timeout_s())
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Connect (read-only) and say whether the ledger's tables exist; never shows the password."""
+        try:
+            url = self.url()
+        except Exception as e:
+            return False, f"{type(e).__name__}: {e}"
+        return check_ledger_url(url)

@@ -13,9 +13,17 @@ from airflow_kafka_backpressure.ledger import (
     ChainSegment,
     InvalidTransition,
     LedgerConflict,
+    LedgerError,
     chain_segments,
     check_transition,
     default_ledger_url,
+    is_stale,
+)
+from airflow_kafka_backpressure.ledger.chain import (
+    PrunableRange,
+    check_losses_inside,
+    prunable_batches,
+    subtract_spans,
 )
 from airflow_kafka_backpressure.models import DataLoss, OffsetRange, TopicPartition
 
@@ -27,8 +35,12 @@ EXPECTED = {
     ("planned", "failed"), ("running", "failed"), ("replaying", "failed"), ("failed", "failed"),
     ("failed", "replaying"),
     ("replaying", "replayed"), ("replayed", "replayed"),
+    ("failed", "abandoned"),
 }
-STALE_ONLY = {("planned", "replaying"), ("running", "replaying"), ("replaying", "replaying")}
+STALE_ONLY = {
+    ("planned", "replaying"), ("running", "replaying"), ("replaying", "replaying"),
+    ("planned", "abandoned"), ("running", "abandoned"), ("replaying", "abandoned"),
+}
 
 
 @pytest.mark.parametrize("current, target", list(itertools.product(BATCH_STATUSES, BATCH_STATUSES)))
@@ -94,6 +106,74 @@ def test_segments_of_one_partition_must_be_contiguous():
         chain_segments("p", [], [DataLoss("t", 0, 9, 3)], {})
 
 
+def test_nothing_leaves_abandoned():
+    for target in ALLOWED_TRANSITIONS:
+        with pytest.raises(InvalidTransition, match="never runs again"):
+            check_transition(1, "abandoned", target, stale=True)
+
+
+@pytest.mark.parametrize(
+    "status, lease, activity, now, stale_before, expected",
+    [
+        ("running", 2_000, 0, 1_999, None, False),  # live lease
+        ("running", 2_000, 0, 2_000, None, True),  # expired at its expiry time
+        ("running", 2_000, 0, 1_999, 10_000, False),  # a live lease wins over an old start
+        ("replaying", 2_000, 0, 5_000, None, True),
+        ("planned", None, 100, 5_000, None, False),  # no lease, no threshold: never stale
+        ("planned", None, 100, 5_000, 101, True),
+        ("running", None, 100, 5_000, 100, False),
+        ("failed", 1, 0, 5_000, 10_000, False),  # not in flight
+        ("succeeded", None, 0, 5_000, 10_000, False),
+    ],
+)
+def test_staleness_by_lease_else_by_last_activity(status, lease, activity, now, stale_before, expected):
+    assert is_stale(status, lease, activity, now, stale_before) is expected
+
+
+def test_subtract_spans_keeps_only_what_is_not_covered_merged_in_order():
+    d = lambda p, a, b: DataLoss("t", p, a, b)  # noqa: E731
+    assert subtract_spans([r(0, 0, 10)], []) == [d(0, 0, 10)]
+    assert subtract_spans([r(0, 0, 10)], [r(0, 2, 4), r(0, 6, 8)]) == [d(0, 0, 2), d(0, 4, 6), d(0, 8, 10)]
+    assert subtract_spans([r(0, 0, 10)], [r(0, 0, 10)]) == []
+    assert subtract_spans([r(0, 0, 5), r(0, 5, 10), r(1, 3, 3)], [r(1, 0, 4)]) == [d(0, 0, 10)]
+    assert subtract_spans([r(0, 0, 10)], [r(1, 0, 10), r(0, 8, 20)]) == [d(0, 0, 8)]
+    assert subtract_spans([r(1, 0, 2), r(0, 4, 6)], [r(0, 3, 5)]) == [d(0, 5, 6), d(1, 0, 2)]
+
+
+def test_losses_must_lie_inside_one_range_of_the_batch():
+    ranges = [r(0, 10, 20), r(1, 0, 5)]
+    check_losses_inside(7, [DataLoss("t", 0, 10, 20), DataLoss("t", 1, 2, 3)], ranges)
+    with pytest.raises(LedgerError, match=r"Batch 7: the lost offsets t-0\[15, 25\) are not inside .*t-0\[10, 20\)"):
+        check_losses_inside(7, [DataLoss("t", 0, 15, 25)], ranges)
+    with pytest.raises(LedgerError, match=r"t-2\[0, 1\).*\(t-2: none\)"):
+        check_losses_inside(7, [DataLoss("t", 2, 0, 1)], ranges)
+    with pytest.raises(LedgerError, match="empty range"):
+        check_losses_inside(7, [DataLoss("t", 0, 12, 12)], ranges)
+
+
+def pr(p: int, a: int, b: int) -> PrunableRange:
+    return PrunableRange("t", p, a, b)
+
+
+def test_prunable_batches_take_whole_batches_from_the_chain_fronts_only():
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    heads, marks, starts = {tp0: 50, tp1: 50}, {tp0: 50, tp1: 25}, {tp0: 0, tp1: 0}
+    candidates = [
+        (1, [pr(0, 0, 10), pr(1, 0, 10)]),
+        (2, [pr(0, 10, 20)]),
+        (3, [pr(1, 10, 20), pr(0, 20, 30)]),
+        (4, []),  # an all-empty plan
+        (5, [pr(1, 20, 30)]),  # past the watermark of events-1 (25)
+        (6, [pr(0, 30, 40)]),
+        (7, [pr(0, 40, 50)]),  # the head of events-0
+    ]
+    chosen, moved = prunable_batches(candidates, starts, heads, marks)
+    assert chosen == [1, 2, 3, 4, 6] and moved == {tp0: 40, tp1: 20}
+    # a batch not at the front (its predecessor stays) must stay too
+    chosen, moved = prunable_batches([(2, [pr(0, 10, 20)]), (3, [pr(1, 10, 20), pr(0, 20, 30)])], starts, heads, marks)
+    assert chosen == [] and moved == {}
+
+
 def test_default_ledger_url_lives_in_airflow_home(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     assert default_ledger_url() == f"sqlite:///{tmp_path}/kafka_backpressure_ledger.db"
@@ -109,4 +189,7 @@ def test_the_ledger_module_does_not_import_airflow():
         "import sys, airflow_kafka_backpressure.ledger; "
         "sys.exit(1 if any(m == 'airflow' or m.startswith('airflow.') for m in sys.modules) else 0)"
     )
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    # nor alembic: DAG files import the operators, which import the ledger; migrations load on use
+    code = "import sys, airflow_kafka_backpressure.ledger; sys.exit(1 if 'alembic' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

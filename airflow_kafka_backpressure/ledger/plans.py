@@ -1,0 +1,171 @@
+"""Plans: recording a batch's ranges on the chains, and where each partition continues."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import Connection, select, update
+from sqlalchemy.exc import IntegrityError
+
+from ..models import BatchPlan, DataLoss, OffsetRange, TopicPartition
+from . import bookkeeping
+from .base import LedgerBase, first_line, now_ms
+from .chain import ChainSegment, chain_segments
+from .losses import record_spans
+from .schema import batch_table, range_table
+from .states import LOST, PLANNED, LedgerConflict
+
+__all__ = ["PlansMixin"]
+
+
+class PlansMixin(LedgerBase):
+    """Plans: a batch claims the next offsets of each partition's chain, once per (pipeline, run)."""
+
+    def get_plan(self, pipeline: str, run_id: str) -> BatchPlan | None:
+        """The plan stored for ``(pipeline, run_id)``, or None."""
+        with self._read() as conn:
+            plan_json = conn.execute(
+                select(batch_table.c.plan_json).where(
+                    batch_table.c.pipeline == pipeline, batch_table.c.run_id == run_id
+                )
+            ).scalar_one_or_none()
+        return None if plan_json is None else BatchPlan.from_json(plan_json)
+
+    def heads(self, pipeline: str) -> dict[TopicPartition, int]:
+        """Where the main line continues per partition: the ``until`` of its last stored range.
+
+        Failed ranges do not hold it back (they are replayed on the side). A partition that so far
+        only had empty ranges gets the position its range had in the latest plan, so an idle
+        partition does not jump forward each run (``starting_offsets='latest'``).
+        """
+        with self._read() as conn:
+            return bookkeeping.heads(conn, pipeline)
+
+    def record_plan(
+        self,
+        pipeline: str,
+        run_id: str,
+        ranges: Sequence[OffsetRange],
+        sink: str,
+        batch_interval_ms: int,
+        planned_at_ms: int,
+        rate: float | None = None,
+        data_loss: Sequence[DataLoss] = (),
+        lag: int | None = None,
+    ) -> BatchPlan:
+        """Store a new batch and its ranges in one transaction and return its plan (with its id).
+
+        If ``(pipeline, run_id)`` already has a plan (a retry, or a concurrent writer of the same run),
+        that stored plan is returned unchanged. Raises :class:`LedgerConflict` when the offsets are
+        already claimed by another batch (the plan is stale: re-run the plan task).
+        """
+        if not pipeline:
+            raise ValueError("record_plan: pipeline must be a non-empty string")
+        if not run_id:
+            raise ValueError(f"record_plan: pipeline {pipeline!r}: run_id must be a non-empty string")
+        existing = self.get_plan(pipeline, run_id)
+        if existing is not None:
+            return existing
+        ranges = tuple(ranges)
+        data_loss = tuple(data_loss)
+        # Validate the plan itself (one range per partition, ...) before touching the database.
+        BatchPlan(pipeline, 0, run_id, ranges, sink, int(batch_interval_ms), int(planned_at_ms), rate, data_loss)
+        segments: list[ChainSegment] = []
+        try:
+            with self.engine.begin() as conn:
+                stored = conn.execute(
+                    select(batch_table.c.plan_json).where(
+                        batch_table.c.pipeline == pipeline, batch_table.c.run_id == run_id
+                    )
+                ).scalar_one_or_none()
+                if stored is not None:
+                    return BatchPlan.from_json(stored)
+                tps = {r.tp for r in ranges} | {TopicPartition(d.topic, d.partition) for d in data_loss}
+                known = bookkeeping.partition_rows(conn, pipeline, tps)
+                heads = self._stored_heads(conn, pipeline, tps)
+                segments = chain_segments(pipeline, ranges, data_loss, heads)
+                created = now_ms()
+                batch_id = int(
+                    conn.execute(
+                        batch_table.insert().values(
+                            pipeline=pipeline,
+                            run_id=run_id,
+                            status=PLANNED,
+                            created_at_ms=created,
+                            rate=rate,
+                            attempts=0,
+                            plan_json="",
+                            sink=sink,
+                        )
+                    ).inserted_primary_key[0]
+                )
+                plan = BatchPlan(
+                    pipeline=pipeline,
+                    batch_id=batch_id,
+                    run_id=run_id,
+                    ranges=ranges,
+                    sink=sink,
+                    batch_interval_ms=int(batch_interval_ms),
+                    planned_at_ms=int(planned_at_ms),
+                    rate=rate,
+                    data_loss=data_loss,
+                    lag=lag,
+                )
+                conn.execute(
+                    update(batch_table).where(batch_table.c.batch_id == batch_id).values(plan_json=plan.to_json())
+                )
+                prev_until = dict(heads)
+                rows = []
+                for seg in segments:  # sorted by (topic, partition, offset): a fixed lock order
+                    rows.append(
+                        {
+                            "batch_id": batch_id,
+                            "pipeline": pipeline,
+                            "topic": seg.topic,
+                            "partition": seg.partition,
+                            "from_offset": seg.from_offset,
+                            "until_offset": seg.until_offset,
+                            "prev_until": prev_until.get(seg.tp),
+                            "status": seg.status,
+                        }
+                    )
+                    prev_until[seg.tp] = seg.until_offset
+                if rows:
+                    conn.execute(range_table.insert(), rows)
+                bookkeeping.record_positions(conn, pipeline, batch_id, ranges, segments, known)
+                lost = [seg.offset_range for seg in segments if seg.status == LOST]
+                if lost:
+                    record_spans(conn, pipeline, batch_id, lost, "plan", None, created)
+                    bookkeeping.advance_watermarks(conn, pipeline, batch_id)
+                return plan
+        except IntegrityError as e:
+            stored_plan = self.get_plan(pipeline, run_id)
+            if stored_plan is not None:  # the same run was recorded concurrently: reuse it
+                return stored_plan
+            raise self._conflict(pipeline, segments, e) from e
+
+    def _stored_heads(
+        self, conn: Connection, pipeline: str, tps: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        return bookkeeping.stored_heads(conn, pipeline, tps)
+
+    def _conflict(self, pipeline: str, segments: Sequence[ChainSegment], err: IntegrityError) -> LedgerConflict:
+        """Name the first partition whose plan no longer starts at its (now committed) head."""
+        firsts: dict[TopicPartition, ChainSegment] = {}
+        for seg in segments:
+            firsts.setdefault(seg.tp, seg)
+        with self._read() as conn:
+            now = bookkeeping.stored_heads(conn, pipeline, firsts)
+        seg = next((s for tp, s in firsts.items() if tp in now and now[tp] != s.from_offset), None)
+        if seg is None:
+            return LedgerConflict(
+                f"Pipeline {pipeline!r}: the ledger refused the plan ({first_line(err.orig)}). Another writer "
+                "probably planned concurrently; re-run the plan task."
+            )
+        return LedgerConflict(
+            f"Pipeline {pipeline!r}, {seg.tp}: offsets [{seg.from_offset}, {seg.until_offset}) "
+            f"could not be claimed: another batch claimed overlapping offsets or the chain moved "
+            f"(the partition's head is now {now[seg.tp]}). Re-run the plan task so it plans from the "
+            f"current head. Database said: {first_line(err.orig)}"
+        )
+
