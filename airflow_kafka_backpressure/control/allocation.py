@@ -10,6 +10,11 @@
 * no limit at all when the limits add up to zero (no rate, no caps, or no lag anywhere);
 * a range never goes past the latest offset.
 
+:func:`cap_records` then applies a cap of records per batch over all partitions, like Structured
+Streaming's ``maxOffsetsPerTrigger`` (which DStreams lack): when the ranges hold more, the cap is
+shared in proportion to each range's size. It bounds every batch, the first batches of a new
+pipeline included, whatever the rate says.
+
 :func:`plan_ranges` adds what a scheduler that owns positions needs: first positions for partitions
 never seen before (the group's committed offset, else ``earliest`` or ``latest``), detection of
 positions below the earliest retained offset (data loss: fail, or skip and record it), and clear
@@ -57,6 +62,7 @@ class RateLimits:
     min_rate_per_partition: int = 1
     initial_rate: int = 0
     max_rate_overrides: Mapping[TopicPartition, int] = field(default_factory=dict)
+    max_records_per_batch: int = 0  # 0: no cap (Spark's DStreams have none)
 
     def max_rate(self, tp: TopicPartition) -> int:
         return int(self.max_rate_overrides.get(tp, self.max_rate_per_partition))
@@ -113,6 +119,27 @@ def clamp(
     if max_messages is None:
         return dict(latest)
     return {tp: min(current[tp] + max_messages[tp], latest[tp]) for tp in latest}
+
+
+def cap_records(
+    current: Mapping[TopicPartition, int], until: Mapping[TopicPartition, int], cap: int
+) -> dict[TopicPartition, int]:
+    """Until-offsets holding at most ``cap`` records in total (``cap`` <= 0: unchanged).
+
+    Each partition keeps the floor of its proportional share of the cap; the records left by the
+    rounding go to the largest remainders (ties: topic-partition order), so the total is exactly
+    ``cap`` whenever the ranges held more.
+    """
+    counts = {tp: until[tp] - current[tp] for tp in until}
+    total = sum(counts.values())
+    if cap <= 0 or total <= cap:
+        return dict(until)
+    shares = {tp: cap * n / total for tp, n in counts.items()}
+    kept = {tp: int(share) for tp, share in shares.items()}
+    left = cap - sum(kept.values())
+    for tp in sorted(counts, key=lambda t: (-(shares[t] - kept[t]), t))[:left]:
+        kept[tp] += 1
+    return {tp: current[tp] + kept[tp] for tp in until}
 
 
 @dataclass(frozen=True)
@@ -213,6 +240,9 @@ def plan_ranges(
 
     max_messages = max_messages_per_partition(current, latest, batch_interval_ms, limits, latest_rate)
     until = clamp(current, latest, max_messages)
+    capped = cap_records(current, until, limits.max_records_per_batch)
+    limited = max_messages is not None or capped != until
+    until = capped
     ranges = tuple(
         OffsetRange(tp.topic, tp.partition, current[tp], until[tp]) for tp in sorted(latest)
     )
@@ -224,5 +254,5 @@ def plan_ranges(
         data_loss=tuple(losses),
         new_partitions=new_partitions,
         rate_limit=rate_used,
-        limited=max_messages is not None,
+        limited=limited,
     )

@@ -11,6 +11,7 @@ from airflow_kafka_backpressure.control.allocation import (
     DataLossError,
     PlanningError,
     RateLimits,
+    cap_records,
     clamp,
     max_messages_per_partition,
     plan_ranges,
@@ -176,3 +177,26 @@ def test_consecutive_plans_chain_without_gaps_or_overlaps(s):
     for tp, rs in seen.items():
         for prev, nxt in zip(rs, rs[1:]):
             assert prev.until_offset == nxt.from_offset
+
+
+# ----- max_records_per_batch (Structured Streaming's maxOffsetsPerTrigger) --------------------
+
+
+def test_cap_shares_the_cap_in_proportion_and_hits_it_exactly():
+    a, b, c = (TopicPartition("t", i) for i in range(3))
+    current = {a: 0, b: 100, c: 5}
+    until = {a: 10, b: 110, c: 15}  # 10 records each
+    capped = cap_records(current, until, 20)
+    counts = [capped[tp] - current[tp] for tp in (a, b, c)]
+    assert sum(counts) == 20 and sorted(counts) == [6, 7, 7]
+    assert cap_records(current, until, 30) == until  # at the cap: unchanged
+    assert cap_records(current, until, 0) == until  # 0: no cap
+
+
+def test_plan_ranges_applies_the_cap_after_sparks_rules():
+    tps = [TopicPartition("t", i) for i in range(2)]
+    limits = RateLimits(max_rate_per_partition=1000, max_records_per_batch=150)
+    alloc = plan_ranges({tp: 0 for tp in tps}, {tp: 0 for tp in tps}, {tps[0]: 10_000, tps[1]: 100},
+                        batch_interval_ms=1000, limits=limits, latest_rate=None)
+    # Spark's rules give 1000 and 100; the cap shares 150 in that proportion
+    assert [r.count for r in alloc.ranges] == [136, 14] and alloc.limited

@@ -8,8 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_kafka_backpressure.control.scala import scala_round, to_long
+from airflow_kafka_backpressure.control.cost import CostFit
 from airflow_kafka_backpressure.control.scaling import (
     ScalingPolicy,
+    cost_executor_target,
     executor_target,
     processing_ratio,
 )
@@ -149,3 +151,69 @@ def test_scala_round_edge_cases():
     assert scala_round(-2.5) == -2
     assert to_long(3.99) == 3
     assert to_long(-3.99) == -3
+
+
+# ----- the cost mode's rule -------------------------------------------------------------------
+
+MINUTE = 60_000
+
+
+def fit(fixed: float, per_record: float) -> CostFit:
+    return CostFit(fixed, per_record, 0.0, 12, "theil-sen", 1e6, 1e5)
+
+
+def test_cost_rule_adds_executors_when_per_record_work_dominates():
+    # 15 s start-up + 90,000 records at 0.5 ms on 1 executor = 60 s: ratio 1.0
+    d = cost_executor_target(1, [(90_000, 60_000)], MINUTE, fit(15.0, 0.0005), 0.75)
+    assert d.action == "up" and "per-record work dominates" in d.reason
+    # 45 s of work on n executors must fit in 0.75 × 60 − 15 = 30 s: 2 executors
+    assert d.target == 2
+    assert "bring the average batch to 0.62 of the interval" in d.reason
+
+
+def test_cost_rule_holds_when_start_up_dominates():
+    d = cost_executor_target(2, [(10_000, 58_000)], MINUTE, fit(54.0, 0.0008), 0.75)
+    assert (d.action, d.target) == ("hold", 2)
+    assert "start-up dominates" in d.reason and "connect engine" in d.reason
+    # Spark's rule would have added executors for the same batch
+    assert executor_target(2, [58_000], MINUTE).target > 2
+
+
+def test_cost_rule_removes_one_only_if_the_rest_still_fit_the_target():
+    light = fit(5.0, 0.0005)
+    down = cost_executor_target(3, [(20_000, 10_000)], MINUTE, light, 0.75)
+    assert (down.action, down.target) == ("down", 2)
+    # measured ratio 0.28 triggers Spark's down rule, but with 2 executors the average batch would
+    # take 40 s + 60,000 × 0.5 ms / 2 = 55 s: far above a 0.5 target, so the count holds
+    heavy = fit(40.0, 0.0005)
+    hold = cost_executor_target(3, [(60_000, 17_000)], MINUTE, heavy, 0.5)
+    assert hold.action == "hold" and "above the target" in hold.reason
+
+
+def test_cost_rule_keeps_sparks_trigger_cooldown_and_bounds():
+    f = fit(15.0, 0.0005)
+    assert cost_executor_target(1, [], MINUTE, f, 0.75).reason == "no successful batch to measure yet"
+    cooling = cost_executor_target(1, [(90_000, 60_000)], MINUTE, f, 0.75, ScalingPolicy(cooldown_batches=3), batches_since_change=1)
+    assert cooling.action == "hold" and "cooldown" in cooling.reason
+    bounded = cost_executor_target(1, [(900_000, 500_000)], MINUTE, f, 0.75, ScalingPolicy(max_executors=3))
+    assert bounded.target == 3 and "bounded" in bounded.reason
+    assert cost_executor_target(2, [(1000, 30_000)], MINUTE, f, 0.75).action == "hold"  # between the ratios
+
+
+def test_cost_rule_without_a_model_falls_back_to_sparks():
+    d = cost_executor_target(2, [(1000, 60_000)], MINUTE, None, 0.75)
+    assert d.target == executor_target(2, [60_000], MINUTE).target
+    assert d.reason.startswith("no cost model yet, Spark's rule")
+
+
+def test_one_definition_of_the_scaling_defaults():
+    from airflow_kafka_backpressure.config import ControllerSettings
+    from airflow_kafka_backpressure.control import scaling
+
+    s = ControllerSettings()
+    assert s.scaling_policy() == ScalingPolicy()
+    assert (s.scaling_up_ratio, s.scaling_down_ratio) == (scaling.SCALING_UP_RATIO, scaling.SCALING_DOWN_RATIO)
+    assert (s.min_executors, s.max_executors, s.initial_executors) == (
+        scaling.MIN_EXECUTORS, scaling.MAX_EXECUTORS, scaling.INITIAL_EXECUTORS,
+    )
+    assert (s.scaling_window_batches, s.cooldown_batches) == (scaling.SCALING_WINDOW_BATCHES, scaling.COOLDOWN_BATCHES)

@@ -1,0 +1,337 @@
+"""The ``cost`` control mode: size each batch from a fitted cost model instead of a PID on throughput.
+
+The controller keeps a window of recent batches (records, processing time, executors), fits
+``processing = fixed + per-record × records/executors`` (:mod:`.cost`) and sizes the next batch:
+
+* **keep-up**: everything that has arrived fits in a batch predicted to take ``target_ratio`` of
+  the interval: read it all (the ratio stays at or below the target, the headroom);
+* **drain**: otherwise read more, up to the batch predicted to take ``max_ratio`` of the interval
+  divided by ``1 + NOISE_SIGMAS × noise`` (noise: the spread of the one-batch-ahead prediction
+  errors — no margin when the times are exact). With ``drain_horizon_s`` = 0 the backlog is read
+  as fast as that allows; with a horizon, by the smallest batch (not below the target batch) that
+  clears it within the horizon at the current arrival rate, never smaller than the previous batch
+  while the drain lasts, so it is really gone within the horizon;
+* **capacity**: no batch within the interval keeps up with the arrivals, and the per-record work
+  is the larger part: batches stay at the largest one that fits (more executors help, and the
+  scaling rule says so);
+* **fixed-cost**: no batch within the interval keeps up, and the fixed cost is the larger part:
+  shrinking batches cannot help (each batch pays it again), so batches take everything that has
+  arrived, run longer than the interval, and keep up. :func:`fixed_cost_warning` says so
+  (``fixed cost X s is Y% of the interval: raise the interval or use the connect engine``).
+
+Reaction: a batch whose time is off the model by more than the noise band (at least
+``MIN_SHIFT``) is a level shift — capacity dropped or came back. The model keeps its fixed cost,
+forgets the older observations and re-anchors the per-record cost on that batch, so the very next
+batch is sized for the new capacity, in either direction; the shift is measured (the slower or
+faster batch really happened), so a recovery does not overshoot.
+
+While the fixed cost is unknown (every batch had about the same size), a batch that would run above
+the target is made ``PROBE`` smaller than usual once: that measures the fixed cost instead of
+mistaking it for slow records — the mistake that makes Spark's PID shrink batches for ever.
+A batch is never more than ``GROWTH`` × the largest batch measured (per executor). Pure: no
+Airflow, Spark or Kafka import.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cost import (
+    DISTINCT_SIZE,
+    MIN_POINTS_FOR_NOISE,
+    CostFit,
+    CostModelError,
+    CostObservation,
+    fit_cost,
+    robust_spread,
+)
+
+DEFAULT_TARGET_RATIO = 0.75
+DEFAULT_MAX_RATIO = 0.99
+DEFAULT_DRAIN_HORIZON_S = 0.0
+DEFAULT_WINDOW_BATCHES = 12
+#: A batch off the model by more than max(MIN_SHIFT, SHIFT_SIGMAS × noise) is a level shift;
+#: before the noise is known (a few batches), only one off by more than UNKNOWN_NOISE_SHIFT.
+MIN_SHIFT = 0.1
+SHIFT_SIGMAS = 4.0
+UNKNOWN_NOISE_SHIFT = 0.5
+#: Drain batches leave this many noise sigmas of headroom below ``max_ratio`` (tuned on the noise
+#: scenario of the bench: fewer batches over the interval against the throughput given up).
+NOISE_SIGMAS = 1.2
+#: A batch is at most this many times the largest batch the model has seen (per executor).
+GROWTH = 4.0
+#: With the fixed cost unknown, a batch that must shrink shrinks by at least this much (a probe).
+PROBE = 1.25 * DISTINCT_SIZE
+#: The warning fires when the fixed cost is at least this share of the interval.
+FIXED_COST_WARNING_SHARE = 0.5
+#: Arrival rate: the median of the rates between the last plans (robust to one burst).
+ARRIVAL_WINDOW_PLANS = 5
+
+
+def fixed_cost_warning(fit: CostFit | None, batch_interval_s: float) -> str | None:
+    """The warning shown in the task log and on the monitoring page, or None."""
+    if fit is None or batch_interval_s <= 0:
+        return None
+    share = fit.fixed_s / batch_interval_s
+    if share < FIXED_COST_WARNING_SHARE:
+        return None
+    return (
+        f"fixed cost {fit.fixed_s:.1f} s is {share:.0%} of the interval: raise the interval or use the "
+        "connect engine"
+    )
+
+
+def arrival_rate(history: Sequence[tuple[int, int]]) -> float | None:
+    """Records/s arriving, from ``(time_ms, total latest offset)`` points of successive plans.
+
+    The median of the rates between consecutive points over the last ``ARRIVAL_WINDOW_PLANS``
+    plans, so one burst does not count as a new rate. None with fewer than two points.
+    """
+    points = sorted(history)[-(ARRIVAL_WINDOW_PLANS + 1):]
+    rates = [
+        max(b[1] - a[1], 0) / ((b[0] - a[0]) / 1000)
+        for a, b in zip(points, points[1:])
+        if b[0] > a[0]
+    ]
+    return statistics.median(rates) if rates else None
+
+
+@dataclass(frozen=True)
+class CostParams:
+    target_ratio: float = DEFAULT_TARGET_RATIO
+    max_ratio: float = DEFAULT_MAX_RATIO
+    drain_horizon_s: float = DEFAULT_DRAIN_HORIZON_S
+    window_batches: int = DEFAULT_WINDOW_BATCHES
+
+    def __post_init__(self) -> None:
+        def bad(name: str, value: object, rule: str) -> ValueError:
+            return ValueError(f"cost mode: {name} = {value!r} is invalid: it must be {rule}")
+
+        for name in ("target_ratio", "max_ratio", "drain_horizon_s"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise bad(name, v, "a finite number")
+        if not 0 < self.target_ratio <= self.max_ratio:
+            raise bad("target_ratio", self.target_ratio, f"in (0, max_ratio = {self.max_ratio}]")
+        if not self.max_ratio <= 1:
+            raise bad("max_ratio", self.max_ratio, "<= 1")
+        if self.drain_horizon_s < 0:
+            raise bad("drain_horizon_s", self.drain_horizon_s, ">= 0 (0: drain as fast as possible)")
+        if self.window_batches < 2:
+            raise bad("window_batches", self.window_batches, ">= 2")
+
+
+@dataclass(frozen=True)
+class BatchBudget:
+    """How many records the next batch may read, and why."""
+
+    records: int | None  # None: no model yet; the planner's initial limits apply
+    regime: str  # initial | keep-up | drain | capacity | fixed-cost
+    reason: str
+    predicted_s: float | None = None
+
+    def rate(self, batch_interval_s: float) -> float | None:
+        """The budget as a rate (records/s over one interval), what the planner takes."""
+        return None if self.records is None else self.records / batch_interval_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "regime": self.regime,
+            "reason": self.reason,
+            "predicted_s": self.predicted_s,
+        }
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What the plan task knows when it sizes a batch.
+
+    :param lag: records available now (latest offsets minus the ledger heads, all partitions).
+    :param batch_interval_s: the DAG's schedule interval.
+    :param executors: the executors the next batch runs with.
+    :param arrivals_per_s: the current arrival rate (None: unknown yet).
+    :param previous_budget: the last batch's budget; with ``draining`` (the last plan left a
+        backlog behind) and a drain horizon, the budget does not fall below it.
+    """
+
+    lag: int
+    batch_interval_s: float
+    executors: int = 1
+    arrivals_per_s: float | None = None
+    previous_budget: int | None = None
+    draining: bool = False
+
+
+def plan_budget(fit: CostFit | None, params: CostParams, inputs: PlanInputs) -> BatchBudget:
+    """The next batch's record budget (a limit: the batch reads at most that many records)."""
+    if fit is None:
+        return BatchBudget(None, "initial", "no batch measured yet: the initial limits apply")
+    lag = max(int(inputs.lag), 0)
+    interval = inputs.batch_interval_s
+    e = max(inputs.executors, 1)
+    arrivals_per_s, previous_budget, draining = inputs.arrivals_per_s, inputs.previous_budget, inputs.draining
+    margin = 1 + NOISE_SIGMAS * fit.noise
+    n_target = fit.records_within(params.target_ratio * interval, e)
+    cap_s = params.max_ratio * interval / margin  # the longest batch planned
+    n_max = fit.records_within(cap_s, e)
+    arrivals = (arrivals_per_s or 0.0) * interval  # records arriving per interval
+    work_s = arrivals * fit.per_record_s / e  # the per-record work they need per interval
+
+    def done(n: float, regime: str, reason: str) -> BatchBudget:
+        guard = GROWTH * fit.largest_work_units * e
+        if n > guard:
+            n, reason = guard, reason + f"; at most {GROWTH:g}x the largest batch measured ({guard:.0f} records)"
+        probe = (1 - PROBE) * fit.typical_work_units * e
+        if regime != "keep-up" and _needs_probe(fit, params, min(n, lag), interval, e):
+            n = probe
+            reason += f"; this batch is {PROBE:.0%} smaller than usual to measure the fixed cost"
+        elif fit.method == "proportional" and n < probe:
+            # the fixed cost is unknown: if it is what takes the time, smaller batches would not be
+            # shorter, only fewer records — shrink one probe step at a time until it is measured
+            n = probe
+            reason += f"; at most {PROBE:.0%} smaller than usual while the fixed cost is unknown"
+        records = max(int(math.floor(n)), 0)
+        return BatchBudget(records, regime, reason, fit.predict_s(min(records, lag), e))
+
+    if lag <= n_target:
+        return done(n_target, "keep-up", f"all {lag} records fit in {params.target_ratio:g} of the interval")
+    noise_note = f" less a noise margin of {margin - 1:.0%}" if margin > 1 else ""
+    if params.drain_horizon_s <= 0:
+        want = math.inf
+    else:
+        want = max(n_target, arrivals + (lag - arrivals) / max(params.drain_horizon_s / interval, 1.0))
+        if draining and previous_budget is not None:
+            want = max(want, float(previous_budget))
+    if want <= n_max or lag <= n_max or fit.fixed_s + work_s <= cap_s:
+        return done(
+            min(want, n_max), "drain", f"backlog of {lag} records: batches up to {params.max_ratio:g} of the interval{noise_note}"
+        )
+    # no batch within the interval keeps up with the arrivals: whose share is larger?
+    if n_max < 1 or fit.fixed_s > work_s:
+        return done(
+            math.inf,
+            "fixed-cost",
+            f"fixed cost {fit.fixed_s:.1f} s leaves too little of the {interval:g} s interval for the "
+            f"{work_s:.1f} s of work the arrivals need: batches take everything that arrived and run "
+            "longer than the interval, which keeps up",
+        )
+    return done(
+        n_max,
+        "capacity",
+        f"the arrivals need {work_s:.1f} s of per-record work per {interval:g} s interval besides the "
+        f"{fit.fixed_s:.1f} s fixed cost: more executors would help; batches stay within the interval",
+    )
+
+
+def _needs_probe(fit: CostFit, params: CostParams, reads: float, interval: float, executors: int) -> bool:
+    """Whether the next batch should be a probe: the fixed cost is unknown (the proportional guess),
+    every batch so far had about the usual size, and this one too would, above the target."""
+    if fit.method != "proportional":
+        return False
+    typical = fit.typical_work_units * executors
+    usual = (1 - PROBE) * typical < reads < typical * (1 + DISTINCT_SIZE)
+    all_usual = fit.largest_work_units * executors < typical * (1 + DISTINCT_SIZE)
+    return usual and all_usual and fit.predict_s(reads, executors) > params.target_ratio * interval
+
+
+@dataclass
+class CostModel:
+    """The state of the cost mode: recent observations, the fixed-cost prior, the last event.
+
+    Fed by every finished batch whatever the active mode, so switching modes finds it ready.
+    """
+
+    observations: list[CostObservation] = field(default_factory=list)
+    fixed_prior_s: float | None = None
+    last_event: str | None = None
+    errors: list[float] = field(default_factory=list)  # recent one-batch-ahead relative errors
+
+    def fit(self) -> CostFit | None:
+        """The model over the window; its ``noise`` is the spread of the recent one-batch-ahead
+        prediction errors (kept across level shifts), which is what a batch's headroom is for."""
+        hint = robust_spread(self.errors) if len(self.errors) >= MIN_POINTS_FOR_NOISE else None
+        return fit_cost(self.observations, self.fixed_prior_s, hint)
+
+    def observe(self, obs: CostObservation, window_batches: int = DEFAULT_WINDOW_BATCHES) -> str | None:
+        """Add a finished batch; return a description of a level shift, if it was one.
+
+        Empty batches teach nothing and are ignored. A batch seen again (a cleared run) replaces
+        its earlier observation.
+        """
+        if obs.records <= 0 or obs.processing_ms <= 0:
+            return None
+        self.observations = [o for o in self.observations if o.batch_id != obs.batch_id]
+        fit = self.fit()
+        if fit is not None and self._can_tell_shift(fit, obs):
+            predicted = fit.predict_s(obs.records, obs.executors)
+            off = obs.processing_s / predicted - 1 if predicted > 0 else math.inf
+            noise_known = len(self.errors) >= MIN_POINTS_FOR_NOISE
+            band = max(MIN_SHIFT, SHIFT_SIGMAS * fit.noise) if noise_known else UNKNOWN_NOISE_SHIFT
+            if math.isfinite(off):
+                self.errors = (self.errors + [off])[-2 * window_batches:]
+            if abs(off) > band:
+                if fit.method != "proportional":  # the proportional guess knows no fixed cost
+                    self.fixed_prior_s = fit.fixed_s
+                self.observations = [obs]
+                kept = "unknown" if self.fixed_prior_s is None else f"{self.fixed_prior_s:.1f} s kept"
+                self.last_event = (
+                    f"batch {obs.batch_id} took {obs.processing_s:.1f} s, {off:+.0%} against the model "
+                    f"({predicted:.1f} s): capacity {'dropped' if off > 0 else 'came back'}; per-record "
+                    f"cost re-anchored, fixed cost {kept}"
+                )
+                return self.last_event
+        self.observations = (self.observations + [obs])[-window_batches:]
+        new = self.fit()
+        if new is not None and new.method == "theil-sen":
+            self.fixed_prior_s = new.fixed_s
+        return None
+
+    def _can_tell_shift(self, fit: CostFit, obs: CostObservation) -> bool:
+        """Whether a batch off the model means the capacity changed.
+
+        Against a model whose fixed cost is known, yes. Against the proportional first guess (fixed
+        cost unknown) only for a batch of the usual size: a batch of another size off the line is
+        what identifies the fixed cost, and is kept as such.
+        """
+        if fit.method != "proportional":
+            return True
+        usual = statistics.median(o.work_units for o in self.observations if o.records > 0)
+        return abs(obs.work_units - usual) <= DISTINCT_SIZE * max(obs.work_units, usual)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "observations": [o.to_list() for o in self.observations],
+            "fixed_prior_s": self.fixed_prior_s,
+            "last_event": self.last_event,
+            "errors": list(self.errors),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "cost") -> CostModel:
+        if not isinstance(d, dict):
+            raise CostModelError(f"{where}: expected an object, got {type(d).__name__}")
+        rows = d.get("observations", [])
+        if not isinstance(rows, list):
+            raise CostModelError(f"{where}.observations: expected a list, got {type(rows).__name__}")
+        prior = d.get("fixed_prior_s")
+        if prior is not None and (
+            isinstance(prior, bool) or not isinstance(prior, (int, float)) or not math.isfinite(prior) or prior < 0
+        ):
+            raise CostModelError(f"{where}.fixed_prior_s = {prior!r} must be a finite number >= 0 or null")
+        event = d.get("last_event")
+        errors = d.get("errors", [])
+        if not isinstance(errors, list) or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in errors
+        ):
+            raise CostModelError(f"{where}.errors = {errors!r} must be a list of finite numbers")
+        return cls(
+            [CostObservation.from_list(r, f"{where}.observations[{i}]") for i, r in enumerate(rows)],
+            None if prior is None else float(prior),
+            None if event is None else str(event),
+            [float(x) for x in errors],
+        )

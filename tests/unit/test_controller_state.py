@@ -1,0 +1,102 @@
+"""The pipeline controller: both modes fed every batch, the spark mode bit-identical to the PID,
+and a state Variable that old pipelines can still load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_kafka_backpressure.control.controller import (
+    COST,
+    DEFAULT_MODE,
+    SPARK,
+    ControllerStateError,
+    PipelineController,
+)
+from airflow_kafka_backpressure.control.cost_mode import CostParams, PlanInputs
+from airflow_kafka_backpressure.control.pid import PIDRateEstimator, RateController
+
+B_MS = 60_000
+BATCHES = [(60_000 * (i + 1), 40_000 + 7_000 * (i % 3), 30_000 + 4_000 * (i % 3), 1_000 * (i % 2)) for i in range(8)]
+
+
+def estimator(**kw) -> PIDRateEstimator:
+    return PIDRateEstimator(B_MS, **{"min_rate": 100.0, **kw})
+
+
+def fed(mode: str) -> PipelineController:
+    c = PipelineController.new(mode, estimator())
+    for i, (t, n, proc, sched) in enumerate(BATCHES):
+        c.on_batch_completed(batch_id=i + 1, time_ms=t, records=n, processing_ms=proc, scheduling_delay_ms=sched)
+    return c
+
+
+def test_spark_mode_plans_with_the_pid_rate_bit_for_bit():
+    reference = RateController(estimator())
+    for t, n, proc, sched in BATCHES:
+        reference.on_batch_completed(t, n, proc, sched)
+    c = fed(SPARK)
+    assert c.rate.to_dict() == reference.to_dict()
+    d = c.plan(CostParams(), PlanInputs(lag=10**9, batch_interval_s=60.0))
+    assert (d.mode, d.rate, d.budget) == (SPARK, float(reference.latest_rate), None)
+
+
+def test_both_models_learn_whatever_the_mode():
+    spark, cost = fed(SPARK), fed(COST)
+    assert spark.rate.to_dict() == cost.rate.to_dict()
+    assert spark.cost.to_dict() == cost.cost.to_dict()
+    d = cost.plan(CostParams(), PlanInputs(lag=10**9, batch_interval_s=60.0))
+    assert d.mode == COST and d.budget is not None and d.rate == pytest.approx(d.budget.records / 60.0)
+
+
+def test_state_keeps_the_pid_layout_and_adds_the_cost_model():
+    c = fed(COST)
+    d = json.loads(json.dumps(c.to_dict(CostParams(target_ratio=0.7), 60.0)))
+    assert {"estimator", "rate_limit", "last_batch", "mode", "cost"} <= set(d)
+    assert d["rate_limit"] == c.rate.rate_limit and d["mode"] == COST
+    assert d["cost"]["target_ratio"] == 0.7 and set(d["cost"]["fit"]) >= {"fixed_s", "per_record_s", "noise"}
+    assert "warning" in d["cost"]
+    again = PipelineController.from_dict(d, COST, estimator())
+    assert again.to_dict() == c.to_dict()
+
+
+def test_a_state_written_before_the_cost_mode_still_loads():
+    legacy = RateController(estimator())
+    for t, n, proc, sched in BATCHES[:3]:
+        legacy.on_batch_completed(t, n, proc, sched)
+    c = PipelineController.from_dict(json.loads(json.dumps(legacy.to_dict())), DEFAULT_MODE, estimator())
+    assert c.rate.to_dict() == legacy.to_dict()
+    assert c.cost.observations == [] and c.mode == DEFAULT_MODE
+
+
+def test_new_gains_reapply_the_last_batch():
+    c = fed(SPARK)
+    d = c.to_dict()
+    retuned = PipelineController.from_dict(d, SPARK, estimator(proportional=0.5))
+    assert retuned.rate.rate_limit != c.rate.rate_limit
+    assert retuned.rate.params()["proportional"] == 0.5
+
+
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (lambda d: d["estimator"]["state"].update(latest_rate=float("nan")), "estimator.state.latest_rate = nan"),
+        (lambda d: d["estimator"].update(integral=float("inf")), "estimator.integral = inf"),
+        (lambda d: d.update(rate_limit=0), "rate_limit = 0"),
+        (lambda d: d["cost"].update(fixed_prior_s=float("-inf")), "fixed_prior_s"),
+        (lambda d: d["cost"]["observations"].append([1, 2]), "cost.observations"),
+        (lambda d: d.pop("estimator"), "not a controller state"),
+    ],
+)
+def test_a_broken_state_is_refused_naming_the_key(edit, fragment):
+    d = fed(COST).to_dict()
+    edit(d)
+    with pytest.raises(ControllerStateError) as e:
+        PipelineController.from_dict(d, COST, estimator(), where="Variable 'kbp.p.controller_state'")
+    assert "Variable 'kbp.p.controller_state'" in str(e.value) and fragment in str(e.value)
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        PipelineController.new("fast", estimator())

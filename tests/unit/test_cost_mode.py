@@ -1,0 +1,188 @@
+"""The cost mode: batch budgets by regime, reaction to capacity shifts, the fixed-cost warning and
+its state."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from airflow_kafka_backpressure.control.cost import CostFit, CostModelError, CostObservation
+from airflow_kafka_backpressure.control.cost_mode import (
+    GROWTH,
+    PROBE,
+    CostModel,
+    CostParams,
+    PlanInputs,
+    arrival_rate,
+    fixed_cost_warning,
+    plan_budget,
+)
+
+B = 60.0
+
+
+def model(fixed: float, per_record: float, *, noise: float = 0.0, method: str = "theil-sen", largest: float = 1e7, typical: float = 60_000) -> CostFit:
+    return CostFit(fixed, per_record, noise, 12, method, largest, typical)
+
+
+FIT = model(15.0, 0.0005)  # 2,000 records/s of work and 15 s of start-up per batch
+
+
+def budget(fit=FIT, params=CostParams(), **kw):
+    kw.setdefault("batch_interval_s", B)
+    kw.setdefault("arrivals_per_s", 1000.0)
+    return plan_budget(fit, params, PlanInputs(**kw))
+
+
+def test_no_model_leaves_the_initial_limits():
+    b = budget(None, lag=5_000_000)
+    assert (b.records, b.regime, b.rate(B)) == (None, "initial", None)
+
+
+def test_keeping_up_under_the_target_reads_everything():
+    b = budget(lag=40_000)
+    assert b.regime == "keep-up"
+    assert b.records == 60_000  # the target batch (0.75 × 60 s − 15 s) / 0.5 ms: a limit above the lag
+    assert b.predicted_s == pytest.approx(35.0)
+
+
+def test_a_backlog_drains_at_the_max_ratio():
+    b = budget(lag=2_000_000)
+    assert b.regime == "drain"
+    assert b.records == math.floor((0.99 * B - 15) / 0.0005)
+    assert b.predicted_s == pytest.approx(0.99 * B, rel=1e-4)
+
+
+def test_measured_noise_keeps_a_margin():
+    b = budget(model(15.0, 0.0005, noise=0.05), lag=2_000_000)
+    assert "noise margin" in b.reason
+    assert b.predicted_s < 0.99 * B / 1.05
+
+
+def test_a_drain_horizon_takes_the_smallest_batch_that_clears_the_backlog_and_never_shrinks():
+    params = CostParams(drain_horizon_s=600)  # ten intervals
+    b = budget(params=params, lag=240_000)
+    # arrivals 60,000 per interval + the other 180,000 spread over 10 batches
+    assert (b.regime, b.records) == ("drain", 78_000)
+    later = budget(params=params, lag=200_000, previous_budget=78_000, draining=True)
+    assert later.records == 78_000  # 60,000 + 140,000/10 would be smaller: the drain keeps its pace
+    assert budget(params=params, lag=200_000).records == 74_000  # a fresh backlog
+    assert budget(lag=240_000).records == 88_800  # no horizon: as fast as the max ratio allows
+
+
+def test_per_record_work_beyond_the_interval_is_a_capacity_problem():
+    slow = model(15.0, 1 / 600)  # 600 records/s of work: 1,000/s in cannot be kept up with
+    b = budget(slow, lag=500_000)
+    assert b.regime == "capacity" and "more executors would help" in b.reason
+    assert b.predicted_s == pytest.approx(0.99 * B, rel=1e-3)  # stays within the interval
+
+
+def test_a_fixed_cost_beyond_the_interval_makes_batches_bigger_not_smaller():
+    heavy = model(36.0, 0.001, largest=10_000)  # start-up alone exceeds a 30 s interval
+    b = budget(heavy, batch_interval_s=30.0, arrivals_per_s=200.0, lag=9_000)
+    assert b.regime == "fixed-cost" and "run longer than the interval" in b.reason
+    assert b.records >= 9_000  # everything that arrived
+    assert fixed_cost_warning(heavy, 30.0) == (
+        "fixed cost 36.0 s is 120% of the interval: raise the interval or use the connect engine"
+    )
+
+
+def test_the_warning_starts_at_half_the_interval():
+    assert fixed_cost_warning(model(29.9, 0.001), 60.0) is None
+    assert fixed_cost_warning(model(30.0, 0.001), 60.0).startswith("fixed cost 30.0 s is 50% of the interval")
+    assert fixed_cost_warning(None, 60.0) is None
+
+
+def test_a_batch_never_grows_far_beyond_what_was_measured():
+    small = model(1.0, 1e-7, largest=1_000)
+    b = budget(small, lag=10_000_000)
+    assert b.records == int(GROWTH * 1_000) and "largest batch measured" in b.reason
+
+
+def test_with_the_fixed_cost_unknown_a_batch_above_target_is_a_probe():
+    guess = model(0.0, 45.0 / 60_000, method="proportional", largest=60_000, typical=60_000)
+    b = budget(guess, lag=61_000)
+    assert b.records == int((1 - PROBE) * 60_000) and "measure the fixed cost" in b.reason
+    # a batch that is anyway of another size teaches the slope: no probe
+    assert budget(guess, lag=2_000_000).records > 60_000
+
+
+def test_params_are_checked():
+    with pytest.raises(ValueError, match="target_ratio"):
+        CostParams(target_ratio=0.95, max_ratio=0.9)
+    with pytest.raises(ValueError, match="max_ratio"):
+        CostParams(max_ratio=1.2)
+    with pytest.raises(ValueError, match="drain_horizon_s"):
+        CostParams(drain_horizon_s=-1)
+    with pytest.raises(ValueError, match="finite"):
+        CostParams(target_ratio=float("nan"))
+
+
+def test_arrival_rate_is_the_median_of_recent_intervals():
+    points = [(i * 60_000, i * 60_000) for i in range(6)]  # 1,000/s
+    assert arrival_rate(points) == pytest.approx(1000.0)
+    burst = points + [(6 * 60_000, 5 * 60_000 + 2_000_000)]  # one burst between the last two plans
+    assert arrival_rate(burst) == pytest.approx(1000.0)
+    assert arrival_rate(points[:1]) is None
+
+
+def feed(m: CostModel, sizes_times: list[tuple[int, float]], start_id: int = 1) -> list[str | None]:
+    return [
+        m.observe(CostObservation(start_id + i, n, int(round(t * 1000)), 1)) for i, (n, t) in enumerate(sizes_times)
+    ]
+
+
+def learned() -> CostModel:
+    m = CostModel()
+    feed(m, [(n, 15 + 0.0005 * n) for n in (40_000, 60_000, 80_000, 100_000, 60_000, 60_000)])
+    assert m.fit().method == "theil-sen" and m.fixed_prior_s == pytest.approx(15.0, abs=1e-3)
+    return m
+
+
+def test_a_capacity_drop_is_met_within_one_batch():
+    m = learned()
+    # capacity falls to 30%: the next batch of the usual size takes 115 s instead of 45 s
+    events = feed(m, [(60_000, 15 + 60_000 / 600)], start_id=7)
+    assert events[0] and "capacity dropped" in events[0] and "fixed cost 15.0 s kept" in events[0]
+    b = budget(m.fit(), lag=500_000)
+    # the very next batch is sized for 600 records/s: it fits the interval
+    assert 15 + b.records / 600 <= B
+
+
+def test_recovery_is_met_without_overshoot():
+    m = learned()
+    feed(m, [(60_000, 115.0), (25_000, 15 + 25_000 / 600)], start_id=7)
+    event = feed(m, [(25_000, 15 + 25_000 / 2000)], start_id=9)[0]  # capacity is back
+    assert event and "came back" in event
+    b = budget(m.fit(), lag=1_000_000)
+    assert 15 + b.records / 2000 == pytest.approx(0.99 * B, rel=1e-3)  # the full interval, not more
+
+
+def test_one_slow_batch_among_noisy_ones_is_not_a_shift():
+    m = CostModel()
+    times = [45.0 * f for f in (1.0, 1.15, 0.85, 1.1, 0.9, 1.2, 0.8, 1.05, 0.95, 1.0)]
+    assert all(e is None for e in feed(m, [(60_000, t) for t in times]))
+    assert m.fit().noise > 0.05
+    assert feed(m, [(60_000, 45.0 * 1.25)], start_id=20) == [None]  # inside the noise band
+
+
+def test_a_rerun_batch_replaces_its_observation_and_empty_batches_are_ignored():
+    m = learned()
+    n = len(m.observations)
+    m.observe(CostObservation(6, 60_000, 45_000, 1))  # batch 6 again (a cleared run)
+    m.observe(CostObservation(99, 0, 0, 0))  # an idle topic: no job
+    assert len(m.observations) == n
+    assert [o.batch_id for o in m.observations].count(6) == 1
+
+
+def test_state_round_trip_and_refusals():
+    m = learned()
+    assert CostModel.from_dict(m.to_dict()).to_dict() == m.to_dict()
+    assert CostModel.from_dict({}).observations == []
+    with pytest.raises(CostModelError, match=r"cost\.fixed_prior_s = -1"):
+        CostModel.from_dict({"fixed_prior_s": -1})
+    with pytest.raises(CostModelError, match=r"cost\.errors"):
+        CostModel.from_dict({"errors": [float("inf")]})
+    with pytest.raises(CostModelError, match=r"cost\.observations\[1\]"):
+        CostModel.from_dict({"observations": [[1, 2, 3, 1], [2, 2]]})

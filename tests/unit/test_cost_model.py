@@ -1,0 +1,129 @@
+"""The cost model: processing = fixed + per-record × records/executors, fitted robustly, with
+sensible answers for 0, 1 or identical-size observations."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from airflow_kafka_backpressure.control.cost import (
+    CostModelError,
+    CostObservation,
+    fit_cost,
+    robust_spread,
+)
+
+
+def obs(records: int, seconds: float, executors: int = 1, batch_id: int = 0) -> CostObservation:
+    return CostObservation(batch_id, records, int(round(seconds * 1000)), executors)
+
+
+def exact(records: list[int], fixed: float = 15.0, per_record: float = 0.0005) -> list[CostObservation]:
+    return [obs(n, fixed + per_record * n, batch_id=i) for i, n in enumerate(records)]
+
+
+def test_no_observation_no_model():
+    assert fit_cost([]) is None
+    assert fit_cost([obs(0, 3.0), obs(100, 0.0)]) is None  # empty batches and zero times teach nothing
+
+
+def test_one_observation_is_proportional_without_a_prior_and_anchored_with_one():
+    fit = fit_cost([obs(1000, 20.0)])
+    assert (fit.fixed_s, fit.method) == (0.0, "proportional")
+    assert fit.per_record_s == pytest.approx(0.02)
+    anchored = fit_cost([obs(1000, 20.0)], prior_fixed_s=15.0)
+    assert anchored.method == "prior-fixed-cost"
+    assert (anchored.fixed_s, anchored.per_record_s) == (15.0, pytest.approx(0.005))
+    # a prior above what the batch took cannot be right: the batch bounds it
+    assert fit_cost([obs(1000, 10.0)], prior_fixed_s=15.0).fixed_s == 10.0
+
+
+def test_identical_sizes_cannot_measure_a_slope():
+    fit = fit_cost(exact([60_000] * 6))
+    assert fit.method == "proportional"
+    assert fit.predict_s(60_000) == pytest.approx(45.0)  # still exact at the size it saw
+    assert fit_cost(exact([60_000] * 6), prior_fixed_s=15.0).per_record_s == pytest.approx(0.0005)
+
+
+SIX = [40_000, 60_000, 80_000, 100_000, 120_000, 140_000]
+
+
+def test_exact_line_is_recovered_from_six_batches():
+    assert fit_cost(exact(SIX[:5])).method == "proportional"  # fewer: the residuals cannot show the noise
+    fit = fit_cost(exact(SIX))
+    assert fit.method == "theil-sen"
+    assert fit.fixed_s == pytest.approx(15.0, abs=1e-3)
+    assert fit.per_record_s == pytest.approx(0.0005, rel=1e-6)
+    assert fit.noise == pytest.approx(0.0, abs=1e-4)
+
+
+def test_two_batches_need_a_known_noise_to_be_trusted():
+    data = exact([30_000, 60_000])
+    assert fit_cost(data).method == "proportional"  # noise unknown: two points could be anything
+    fit = fit_cost(data, noise_hint=0.0)  # the times have been exact so far
+    assert (fit.method, round(fit.fixed_s, 3)) == ("theil-sen", 15.0)
+
+
+def test_an_outlier_does_not_move_the_fit():
+    data = exact([40_000, 50_000, 60_000, 70_000, 80_000, 90_000, 100_000, 110_000])
+    data[3] = obs(70_000, 200.0, batch_id=3)  # one batch hit a GC storm
+    fit = fit_cost(data)
+    assert fit.method == "theil-sen"
+    assert fit.fixed_s == pytest.approx(15.0, abs=1.0)
+    assert fit.per_record_s == pytest.approx(0.0005, rel=0.03)
+
+
+def test_noise_too_large_for_the_size_spread_keeps_the_fallback():
+    rng = random.Random(1)
+    # sizes within ±10%, times ±20%: any slope would be noise
+    data = [obs(int(60_000 * rng.uniform(0.9, 1.1)), 45.0 * rng.uniform(0.8, 1.2), batch_id=i) for i in range(12)]
+    fit = fit_cost(data)
+    assert fit.method == "proportional"
+    assert fit.noise > 0.05
+
+
+def test_executors_divide_the_per_record_work():
+    data = [obs(60_000, 15 + 0.0005 * 60_000 / e, executors=e, batch_id=e) for e in (1, 2, 3, 4, 5, 6)]
+    fit = fit_cost(data)
+    assert fit.fixed_s == pytest.approx(15.0, abs=1e-3)
+    assert fit.predict_s(60_000, 2) == pytest.approx(30.0, abs=1e-3)
+    assert fit.records_within(30.0, 2) == pytest.approx(60_000, rel=1e-4)
+
+
+def test_records_within_and_fixed_share():
+    fit = fit_cost(exact(SIX))
+    assert fit.records_within(45.0) == pytest.approx(60_000, rel=1e-4)
+    assert fit.records_within(10.0) == 0.0  # the fixed cost alone does not fit
+    assert fit.fixed_share(60_000) == pytest.approx(15 / 45, rel=1e-3)
+    flat = fit_cost(exact([10, 20, 30, 40, 50, 60], fixed=30.0, per_record=0.0))
+    assert flat.per_record_s == 0.0 and math.isinf(flat.records_within(45.0))
+
+
+def test_robust_spread():
+    assert robust_spread([1.0, 2.0]) == 0.0  # too few values to tell
+    assert robust_spread([0.0] * 9 + [100.0]) == 0.0  # one wild value does not count
+    assert robust_spread([-1.0, 0.0, 1.0]) == pytest.approx(1.4826)
+
+
+@pytest.mark.parametrize(
+    "row, fragment",
+    [
+        ([1, 2, 3], "expected [batch_id, records, processing_ms, executors]"),
+        ([1, -5, 3, 1], "records = -5"),
+        ([1, 5, float("nan"), 1], "processing_ms = nan"),
+        ([1, 5, 3.5, 1], "processing_ms = 3.5"),
+        ("x", "expected"),
+    ],
+)
+def test_stored_observations_are_checked(row, fragment):
+    with pytest.raises(CostModelError) as e:
+        CostObservation.from_list(row, "cost.observations[0]")
+    assert "cost.observations[0]" in str(e.value) and fragment in str(e.value)
+
+
+def test_observation_round_trip():
+    o = CostObservation(7, 1200, 34_000, 2)
+    assert CostObservation.from_list(o.to_list()) == o
+    assert o.work_units == 600 and o.processing_s == 34.0
