@@ -2,7 +2,7 @@
 
 * ``spark_work_dir`` — scratch directory for Spark (local dirs, java.io.tmpdir) under ``.tmp/``.
 * ``spark`` — one local[2] SparkSession for the whole test session, configured like production
-  (:mod:`airflow_kafka_backpressure.spark.environment`). Stopped at the end of the session.
+  (:mod:`airflow_kafka_backpressure.engines.environment`). Stopped at the end of the session.
 * ``spark_submit`` — runs the real ``spark-submit`` command line the way the operator will:
   ``spark_submit(application, *app_args, py_files=[...], conf={...})`` → ``CompletedProcess``.
 * ``spark_standalone`` — a real standalone master and one worker on 127.0.0.1 for the session
@@ -35,7 +35,7 @@ def spark_work_dir() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def spark(spark_work_dir: Path) -> Iterator[object]:
-    from airflow_kafka_backpressure.spark.environment import spark_conf_defaults, spark_submit_env
+    from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
 
     # The py4j gateway starts the JVM through spark-submit with this process's environment.
     saved = dict(os.environ)
@@ -79,7 +79,7 @@ def _shutdown_gateway() -> None:
 
 @pytest.fixture(scope="session")
 def spark_submit(spark_work_dir: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
-    from airflow_kafka_backpressure.spark.environment import spark_conf_defaults, spark_submit_env
+    from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
 
     def run(
         application: str,
@@ -219,7 +219,7 @@ def spark_standalone() -> Iterator[StandaloneCluster]:
     import time
     import uuid
 
-    from airflow_kafka_backpressure.spark.environment import pyspark_home, spark_submit_env
+    from airflow_kafka_backpressure.engines.environment import pyspark_home, spark_submit_env
 
     root = _TMP_ROOT / f"spark-standalone-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     java_tmp = root / "java-tmp"
@@ -288,4 +288,26 @@ def spark_standalone() -> Iterator[StandaloneCluster]:
             _stop_group(proc)
         for f in logs:
             f.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- Spark Connect server
+
+
+@pytest.fixture(scope="session")
+def spark_connect() -> Iterator[object]:
+    """A Spark Connect server (``local[2]``) on 127.0.0.1 and a free port, for the whole session:
+    the connect engine's embedded default (:class:`~airflow_kafka_backpressure.local.spark_connect.SparkConnectServer`).
+    Stopped (its whole process group) at the end."""
+    import uuid
+
+    from airflow_kafka_backpressure.local.spark_connect import SparkConnectServer
+
+    root = _TMP_ROOT / f"spark-connect-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    server = SparkConnectServer(root)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
         shutil.rmtree(root, ignore_errors=True)

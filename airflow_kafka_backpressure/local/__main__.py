@@ -1,11 +1,14 @@
 """Command line for the embedded defaults.
 
     python -m airflow_kafka_backpressure.local broker [--port 19092]
+    python -m airflow_kafka_backpressure.local spark-connect [--port 15002] [--master local[2]] [--work-dir DIR]
     python -m airflow_kafka_backpressure.local produce --bootstrap 127.0.0.1:19092 --topic demo-events \\
         --partitions 4 [--count N | --rate R]
 
 ``broker`` runs in the foreground until SIGTERM/SIGINT and prints its bootstrap address once it
-answers metadata. ``produce`` creates the topic if needed and writes demo records with unique ids.
+answers metadata. ``spark-connect`` does the same for a Spark Connect server (the connect engine's
+``spark_connect`` connection: host ``sc://127.0.0.1``, the printed port).
+``produce`` creates the topic if needed and writes demo records with unique ids.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import threading
 
 from .broker import TansuBroker
 from .producer import ensure_topic, produce
+from .spark_connect import SparkConnectServer
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -33,6 +37,23 @@ def _broker(args: argparse.Namespace) -> int:
                 return 1
     finally:
         broker.stop()
+    return 0
+
+
+def _spark_connect(args: argparse.Namespace) -> int:
+    server = SparkConnectServer(args.work_dir, port=args.port, master=args.master)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    print(f"Spark Connect server listening on {server.url} (master {server.master}), pid {server.pid}", flush=True)
+    try:
+        while not stop.wait(1.0):
+            if server.process is None or server.process.poll() is not None:
+                print(f"Spark Connect server exited; see {server.log_path}", file=sys.stderr)
+                return 1
+    finally:
+        server.stop()
     return 0
 
 
@@ -63,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--port", type=int, default=None, help="port (default: a free one)")
     b.add_argument("--log", default=None, help="append the broker's output to this file")
     b.set_defaults(func=_broker)
+    c = sub.add_parser("spark-connect", help="run a Spark Connect server on 127.0.0.1 (from the installed pyspark)")
+    c.add_argument("--port", type=int, default=None, help="gRPC port (default: a free one)")
+    c.add_argument("--master", default="local[2]", help="Spark master of the server (default local[2])")
+    c.add_argument("--work-dir", default="kbp-spark-connect", help="scratch directory and log (spark-connect.log)")
+    c.set_defaults(func=_spark_connect)
     p = sub.add_parser("produce", help="write demo records with unique ids")
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--topic", required=True)

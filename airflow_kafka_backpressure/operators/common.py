@@ -13,7 +13,7 @@ from typing import Any
 from airflow.sdk import Variable
 
 from ..config import ControllerSettings, parse_settings, settings_help
-from ..control.pid import RateController
+from ..control.controller import ControllerStateError, PipelineController
 from ..kafka_offsets import KafkaOffsets
 from ..ledger import Ledger
 from ..pipeline import PipelineConfig
@@ -30,13 +30,15 @@ def as_pipeline(pipeline: PipelineConfig | dict[str, Any]) -> PipelineConfig:
 
 
 def load_settings(pipeline: PipelineConfig) -> ControllerSettings:
-    """Parse the settings Variable; create it with Spark's defaults (and help text) if missing."""
+    """Parse the settings Variable; create it with the defaults (and help text) if missing."""
     key = pipeline.settings_variable
     text = Variable.get(key, default=None)
     if text is None:
         settings = ControllerSettings()
-        Variable.set(key, settings.to_json(), description=f"Gains and limits of pipeline {pipeline.name}.\n" + settings_help())
-        log.info("Created Variable %r with Spark's defaults; edit it in the UI to tune the controller", key)
+        Variable.set(
+            key, settings.to_json(), description=f"Mode, gains and limits of pipeline {pipeline.name}.\n" + settings_help()
+        )
+        log.info("Created Variable %r with the defaults; edit it in the UI to tune the controller", key)
         return settings
     return parse_settings(text, source=f"Variable {key!r}")
 
@@ -57,27 +59,31 @@ def _load_json_variable(key: str) -> dict[str, Any] | None:
     return value
 
 
-def load_controller(pipeline: PipelineConfig, settings: ControllerSettings) -> RateController:
-    """The PID controller under the current settings (a gains edit re-applies the last batch)."""
+def load_controller(pipeline: PipelineConfig, settings: ControllerSettings) -> PipelineController:
+    """The controller under the current settings: the mode they choose, the PID under their gains
+    (a gains edit re-applies the last batch), the cost model as the state left it.
+
+    A state that is not valid JSON, not a controller state, or holds NaN, infinite or out-of-range
+    numbers is refused with the key that holds them."""
+    key = pipeline.controller_variable
     estimator = settings.estimator(pipeline.batch_interval_ms)
-    state = _load_json_variable(pipeline.controller_variable)
+    state = _load_json_variable(key)
     if state is None:
-        return RateController(estimator)
+        return PipelineController.new(settings.mode, estimator)
     try:
-        controller = RateController.from_dict(state)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(
-            f"Variable {pipeline.controller_variable!r} does not hold a controller state ({e}); "
-            "delete it to start the controller again."
-        ) from e
-    return controller.retuned(estimator)
+        return PipelineController.from_dict(state, settings.mode, estimator, where=f"Variable {key!r}")
+    except ControllerStateError as e:
+        raise ControllerStateError(f"{e}. It holds state written by the pipeline: delete it to start the controller again.") from e
 
 
-def save_controller(pipeline: PipelineConfig, controller: RateController) -> None:
+def save_controller(pipeline: PipelineConfig, controller: PipelineController, settings: ControllerSettings) -> None:
     Variable.set(
         pipeline.controller_variable,
-        json.dumps(controller.to_dict(), sort_keys=True),
-        description=f"PID controller state of pipeline {pipeline.name} (written by the record task).",
+        json.dumps(controller.to_dict(settings.cost_params(), pipeline.batch_interval_s), sort_keys=True),
+        description=(
+            f"Controller state of pipeline {pipeline.name} (written by the record task): Spark's PID "
+            "(estimator, rate_limit, last_batch) and the cost model (cost)."
+        ),
     )
 
 

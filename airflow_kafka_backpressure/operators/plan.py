@@ -1,37 +1,68 @@
-"""PlanOffsetRangesOperator: the next batch's offset ranges, sized by the PID rate."""
+"""PlanOffsetRangesOperator: the next batch's offset ranges, sized by the controller."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 
-from ..control.allocation import plan_ranges
+from ..control.allocation import plan_ranges, starting_positions
+from ..control.controller import PlanDecision
+from ..control.cost_mode import ARRIVAL_WINDOW_PLANS, PlanInputs, arrival_rate
+from ..ledger import Ledger
+from ..models import TopicPartition
 from ..pipeline import PipelineConfig
-from .common import as_pipeline, kafka_for, ledger_for, load_controller, load_settings
+from .base import PipelineOperator
+from .common import (
+    load_controller,
+    load_executor_target,
+    load_settings,
+)
 
 
-class PlanOffsetRangesOperator(BaseOperator):
+def recent_plans(ledger: Ledger, pipeline: PipelineConfig) -> list[Any]:
+    """The last plans, newest first (their lag and latest offsets give the arrival rate)."""
+    return ledger.recent_batches(pipeline.name, limit=ARRIVAL_WINDOW_PLANS)
+
+
+def arrivals_history(plans: list[Any], now_ms: int, latest_total: int) -> list[tuple[int, int]]:
+    """``(time, latest offsets summed)`` at each recent plan and now: ``sum(until) + lag`` of a plan
+    is the broker's latest offsets when it was made."""
+    points = [
+        (b.plan.planned_at_ms, sum(r.until_offset for r in b.plan.ranges) + b.plan.lag)
+        for b in plans
+        if b.plan.lag is not None
+    ]
+    return sorted(points) + [(now_ms, latest_total)]
+
+
+class PlanOffsetRangesOperator(PipelineOperator):
     """Plan the batch of this DAG run and return it (XCom).
 
     Positions come from the ledger (the end of each partition's last range); a partition never
     planned starts at the consumer group's committed offset, else at ``starting_offsets``. The
-    broker gives earliest and latest offsets; the controller's rate and the settings' limits size
-    the ranges. The plan is stored under (pipeline, run id): a retry, a cleared task or a rerun of
-    the same run returns the stored plan and never computes a new range.
+    broker gives earliest and latest offsets. The settings' ``mode`` sizes the batch: ``spark``
+    with the PID's rate limit, ``cost`` with the cost model's budget for the lag, the arrival rate
+    and the executor target; Spark's per-partition rules and the settings' limits (with
+    ``max_records_per_batch``) split it into ranges. The plan is stored under (pipeline, run id): a
+    retry, a cleared task or a rerun of the same run returns the stored plan and never computes a
+    new range.
     """
 
     ui_color = "#e8f4fd"
 
-    def __init__(self, *, pipeline: PipelineConfig | dict[str, Any], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.pipeline = as_pipeline(pipeline)
+    def _executors(self, settings: Any) -> int:
+        try:
+            return int(load_executor_target(self.pipeline, settings)["executors"])
+        except ValueError as e:  # the ingest task fails on it (and marks the batch replayable)
+            self.log.warning("Planning for %s executor(s): %s", settings.initial_executors, e)
+            return int(settings.initial_executors)
 
     def execute(self, context: Context) -> dict[str, Any]:
         p = self.pipeline
         run_id = context["run_id"]
-        ledger = ledger_for(p)
+        ledger = self.ledger
 
         stored = ledger.get_plan(p.name, run_id)
         if stored is not None:
@@ -40,9 +71,8 @@ class PlanOffsetRangesOperator(BaseOperator):
 
         settings = load_settings(p)  # an invalid edit fails here, before anything is written
         controller = load_controller(p, settings)
-        latest_rate = controller.latest_rate if settings.backpressure_enabled else None
 
-        with kafka_for(p) as kafka:
+        with self.kafka_hook.get_conn() as kafka:
             tps = kafka.partitions(p.topics)
             earliest = kafka.earliest_offsets(tps)
             latest = kafka.latest_offsets(tps)
@@ -50,13 +80,15 @@ class PlanOffsetRangesOperator(BaseOperator):
             new = [tp for tp in tps if tp not in heads]
             committed = kafka.committed_offsets(p.group, new) if new else {}
 
+        now_ms = int(time.time() * 1000)
+        decision = self._decide(controller, settings, ledger, heads, earliest, latest, committed, now_ms)
         allocation = plan_ranges(
             heads,
             earliest,
             latest,
             batch_interval_ms=p.batch_interval_ms,
             limits=settings.rate_limits(tps),
-            latest_rate=latest_rate,
+            latest_rate=decision.rate if settings.backpressure_enabled else None,
             committed=committed,
             starting_offsets=p.starting_offsets,
             on_data_loss=p.on_data_loss,
@@ -73,13 +105,47 @@ class PlanOffsetRangesOperator(BaseOperator):
             allocation.ranges,
             p.sink,
             p.batch_interval_ms,
-            int(time.time() * 1000),
+            now_ms,
             allocation.rate_limit,
             allocation.data_loss,
             lag=lag_after,
         )
         self.log.info(
-            "Batch %s: %s records over %s partitions (rate limit %s records/s, %s records left behind)",
-            plan.batch_id, plan.records, len(plan.ranges), allocation.rate_limit, lag_after,
+            "Batch %s: %s records over %s partitions (mode %s, rate limit %s records/s, %s records left "
+            "behind): %s",
+            plan.batch_id, plan.records, len(plan.ranges), decision.mode, allocation.rate_limit, lag_after,
+            decision.reason if settings.backpressure_enabled else "backpressure_enabled is false",
         )
+        warning = controller.warning(p.batch_interval_s)
+        if warning:
+            self.log.warning("Pipeline %s: %s", p.name, warning)
         return plan.to_dict()
+
+    def _decide(
+        self,
+        controller: Any,
+        settings: Any,
+        ledger: Ledger,
+        heads: dict[TopicPartition, int],
+        earliest: dict[TopicPartition, int],
+        latest: dict[TopicPartition, int],
+        committed: dict[TopicPartition, int],
+        now_ms: int,
+    ) -> PlanDecision:
+        """The controller's rate for this batch: the PID's, or the cost model's budget as a rate."""
+        p = self.pipeline
+        current, _ = starting_positions(heads, earliest, latest, committed, p.starting_offsets)
+        lag = sum(max(latest[tp] - max(current[tp], earliest[tp]), 0) for tp in latest)
+        plans = recent_plans(ledger, p)
+        last = plans[0].plan if plans else None
+        return controller.plan(
+            settings.cost_params(),
+            PlanInputs(
+                lag=lag,
+                batch_interval_s=p.batch_interval_s,
+                executors=self._executors(settings),
+                arrivals_per_s=arrival_rate(arrivals_history(plans, now_ms, sum(latest.values()))),
+                previous_budget=None if last is None or last.rate is None else int(last.rate * p.batch_interval_s),
+                draining=last is not None and (last.lag or 0) > 0,
+            ),
+        )

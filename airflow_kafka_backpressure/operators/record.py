@@ -1,44 +1,50 @@
-"""RecordBatchMetricsOperator: feed the finished batch to the PID controller and commit progress."""
+"""RecordBatchMetricsOperator: feed the finished batch to the controller and commit progress."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 
-from ..models import BatchMetrics
+from ..models import BatchMetrics, BatchPlan
 from ..pipeline import PipelineConfig
+from .base import PipelineOperator
 from .common import (
-    as_pipeline,
     commit_progress,
-    kafka_for,
-    ledger_for,
     load_controller,
     load_settings,
     save_controller,
 )
 
 
-def scheduling_delay_ms(dag_run: Any) -> int:
-    """How late a scheduled run started against its scheduled time (0 for manual and backfill runs,
-    whose scheduled time says nothing about the pipeline keeping up)."""
+def scheduling_delay_ms(dag_run: Any, plan: BatchPlan | None) -> int:
+    """How late a scheduled run started against its scheduled time: when its batch was first
+    planned (``plan.planned_at_ms``) minus when the run was due (``run_after``).
+
+    0 for manual and backfill runs, whose scheduled time says nothing about the pipeline keeping
+    up. The plan is stored once per run and reused by retries, cleared tasks and re-runs, so a run
+    cleared a day later feeds the delay its first start had, not its age (the run's own
+    ``start_date`` moves to the re-run). Without a plan: 0.
+    """
     run_type = str(getattr(dag_run, "run_type", "") or "").lower()
-    start, due = getattr(dag_run, "start_date", None), getattr(dag_run, "run_after", None)
-    if "scheduled" not in run_type or start is None or due is None:
+    due = getattr(dag_run, "run_after", None)
+    if "scheduled" not in run_type or due is None or plan is None:
         return 0
-    return max(int((start - due).total_seconds() * 1000), 0)
+    return max(plan.planned_at_ms - int(due.timestamp() * 1000), 0)
 
 
-class RecordBatchMetricsOperator(BaseOperator):
+class RecordBatchMetricsOperator(PipelineOperator):
     """Update the controller from the ingest task's metrics, store them, commit the consumer group.
 
     Spark's inputs: time = sink commit time, elements = records read, processing delay = launch to
-    commit, scheduling delay = how late the run started. The PID state is saved to the pipeline's
-    controller Variable. The consumer group is committed only up to the end of the contiguous run
-    of finished ranges, never past a failed one.
+    commit, scheduling delay = how late the run first started (:func:`scheduling_delay_ms`). Both
+    models are fed — Spark's PID and the cost model (with the executors the job ran with) — and
+    saved to the pipeline's controller Variable; the cost model's fixed-cost warning is logged and
+    stored there. The consumer group is committed only up to the end of the contiguous run of
+    finished ranges, never past a failed one.
     """
 
-    template_fields = ("metrics",)
+    template_fields = (*PipelineOperator.template_fields, "metrics")
     ui_color = "#eaf7ea"
 
     def __init__(
@@ -48,8 +54,7 @@ class RecordBatchMetricsOperator(BaseOperator):
         metrics: Any = "{{ ti.xcom_pull(task_ids='ingest') }}",
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        self.pipeline = as_pipeline(pipeline)
+        super().__init__(pipeline=pipeline, **kwargs)
         self.metrics = metrics
 
     def _metrics(self) -> BatchMetrics:
@@ -71,30 +76,51 @@ class RecordBatchMetricsOperator(BaseOperator):
         metrics = self._metrics()
         settings = load_settings(p)
         controller = load_controller(p, settings)
-        delay = scheduling_delay_ms(context["dag_run"])
+        ledger = self.ledger
+        plan = ledger.get_plan(p.name, context["run_id"])
+        if plan is None:
+            self.log.warning("No stored plan for run %s: scheduling delay taken as 0", context["run_id"])
+        delay = scheduling_delay_ms(context["dag_run"], plan)
 
-        rate_before = controller.latest_rate
-        new_rate = controller.on_batch_completed(
-            metrics.committed_at_ms, metrics.records, metrics.processing_ms, delay
+        rate_before = controller.rate.latest_rate
+        feedback = controller.on_batch_completed(
+            batch_id=metrics.batch_id,
+            time_ms=metrics.committed_at_ms,
+            records=metrics.records,
+            processing_ms=metrics.processing_ms,
+            scheduling_delay_ms=delay,
+            executors=metrics.executors,
+            window_batches=settings.cost_window_batches,
         )
-        save_controller(p, controller)
+        save_controller(p, controller, settings)
 
-        ledger = ledger_for(p)
         ledger.record_metrics(metrics.batch_id, scheduling_delay_ms=delay)
-        with kafka_for(p) as kafka:
+        with self.kafka_hook.get_conn() as kafka:
             committed = commit_progress(p, ledger, kafka)
+        fit = controller.cost.fit()
+        warning = controller.warning(p.batch_interval_s)
         result = {
             "batch_id": metrics.batch_id,
             "records": metrics.records,
             "processing_ms": metrics.processing_ms,
             "scheduling_delay_ms": delay,
-            "estimated_rate": new_rate,
+            "mode": controller.mode,
+            "estimated_rate": feedback.pid_rate,
             "rate_limit_before": rate_before,
-            "rate_limit": controller.latest_rate,
+            "rate_limit": controller.rate.latest_rate,
+            "cost": None if fit is None else fit.to_dict(),
+            "cost_event": feedback.cost_event,
+            "warning": warning,
             "committed": committed,
         }
         self.log.info(
-            "Batch %s: %s records, %s ms processing, %s ms scheduling delay -> rate limit %s records/s",
-            metrics.batch_id, metrics.records, metrics.processing_ms, delay, controller.latest_rate,
+            "Batch %s: %s records, %s ms processing, %s ms scheduling delay -> PID rate limit %s records/s; "
+            "cost model %s",
+            metrics.batch_id, metrics.records, metrics.processing_ms, delay, controller.rate.latest_rate,
+            "not fitted yet" if fit is None else f"fixed {fit.fixed_s:.1f} s + {fit.per_record_s * 1000:.3f} ms/record/executor ({fit.method})",
         )
+        if feedback.cost_event:
+            self.log.info("Pipeline %s: %s", p.name, feedback.cost_event)
+        if warning:
+            self.log.warning("Pipeline %s: %s", p.name, warning)
         return result

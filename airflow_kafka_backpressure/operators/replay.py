@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 
 from ..pipeline import PipelineConfig
-from .common import as_pipeline, commit_progress, kafka_for, ledger_for, load_executor_target, load_settings
-from .spark_job import submit_batch
+from .batch import BatchRunningOperator
+from .common import commit_progress, load_executor_target, load_settings
 
 DEFAULT_STALE_AFTER_S = 24 * 3600.0
 
@@ -20,7 +20,7 @@ def stale_before_ms(pipeline: PipelineConfig, now_ms: int | None = None) -> int:
     return now - int((pipeline.stale_after_s or DEFAULT_STALE_AFTER_S) * 1000)
 
 
-class ReplayFailedRangesOperator(BaseOperator):
+class ReplayFailedRangesOperator(BatchRunningOperator):
     """Replay the pipeline's failed batches, earliest first, with the same batch id and sink path.
 
     Each batch is claimed in the ledger (failed → replaying; a concurrent replayer cannot claim it
@@ -32,15 +32,12 @@ class ReplayFailedRangesOperator(BaseOperator):
     ui_color = "#fde8e8"
 
     def __init__(self, *, pipeline: PipelineConfig | dict[str, Any], max_batches: int | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.pipeline = as_pipeline(pipeline)
+        super().__init__(pipeline=pipeline, **kwargs)
         self.max_batches = max_batches
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        from ..hooks.kafka_offsets import KafkaOffsetsHook
-
         p = self.pipeline
-        ledger = ledger_for(p)
+        ledger = self.ledger
         stale = stale_before_ms(p)
         todo = ledger.replayable_batches(p.name, stale_before_ms=stale)
         if self.max_batches is not None:
@@ -50,7 +47,7 @@ class ReplayFailedRangesOperator(BaseOperator):
             return []
         settings = load_settings(p)
         executors = load_executor_target(p, settings)["executors"]
-        kafka_props = KafkaOffsetsHook(p.kafka_conn_id).client_properties()
+        kafka_props = self.kafka_hook.client_properties()
 
         replayed: list[dict[str, Any]] = []
         try:
@@ -59,21 +56,13 @@ class ReplayFailedRangesOperator(BaseOperator):
                     "Replaying batch %s (%s, planned by run %s): %s",
                     batch.batch_id, batch.status, batch.run_id, ", ".join(str(r) for r in batch.ranges if r.count),
                 )
-                ledger.mark_replaying(batch.batch_id, stale_before_ms=stale)
-                try:
-                    metrics = submit_batch(
-                        p, batch.plan, executors, kafka_props,
-                        attempt=f"replay-{context['run_id']}-{context['ti'].try_number}", task_log=self.log,
-                    )
-                except BaseException as e:
-                    ledger.mark_failed(batch.batch_id, getattr(e, "job_message", None) or f"{type(e).__name__}: {e}")
-                    raise
-                ledger.mark_replayed(batch.batch_id, metrics.records, metrics.processing_ms, at_ms=metrics.committed_at_ms)
-                ledger.record_metrics(batch.batch_id, executors=metrics.executors)
+                token = self.claim(ledger, batch.batch_id, replay=True, stale_before_ms=stale)
+                metrics = self.run_and_mark(ledger, batch.plan, executors, kafka_props, token=token, replay=True)
                 replayed.append({"batch_id": batch.batch_id, "records": metrics.records, "processing_ms": metrics.processing_ms})
         finally:
             if replayed:
-                with kafka_for(p) as kafka:
+                with self.kafka_hook.get_conn() as kafka:
                     committed = commit_progress(p, ledger, kafka)
                 self.log.info("Committed group %s: %s", p.group, committed)
+        self.emit_events(context)
         return replayed

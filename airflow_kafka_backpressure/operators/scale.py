@@ -4,27 +4,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 
-from ..control.scaling import executor_target
+from ..control.controller import COST
+from ..control.scaling import cost_executor_target, executor_target
 from ..ledger import SUCCEEDED
 from ..pipeline import PipelineConfig
-from .common import as_pipeline, ledger_for, load_executor_target, load_settings, save_executor_target
+from .base import PipelineOperator
+from .common import (
+    load_controller,
+    load_executor_target,
+    load_settings,
+    save_executor_target,
+)
 
 
-class ExecutorScalingOperator(BaseOperator):
-    """Apply Spark Streaming's dynamic-allocation rules to the batches since the last change.
+class ExecutorScalingOperator(PipelineOperator):
+    """Decide the next job's executor count from the batches since the last change.
 
-    The average processing time of the last ``scaling_window_batches`` successful batches (since
-    the target last changed) over the batch interval: >= the up ratio adds executors, <= the down
-    ratio removes one; a cooldown holds the target for a few batches after each change.
+    The trigger is Spark Streaming's dynamic-allocation rule: the average processing time of the
+    last ``scaling_window_batches`` successful batches (since the target last changed) over the
+    batch interval, >= the up ratio or <= the down ratio; a cooldown holds the target for a few
+    batches after each change. In the ``spark`` mode Spark's rule decides the count. In the
+    ``cost`` mode the cost model does: executors are added only when the per-record work dominates
+    a batch (they do not shorten start-up), as many as bring the average batch to the target
+    ratio, and removed only when one fewer still fits the target; the decision's reason says which.
     """
 
     ui_color = "#f3e8fd"
-
-    def __init__(self, *, pipeline: PipelineConfig | dict[str, Any], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.pipeline = as_pipeline(pipeline)
 
     def execute(self, context: Context) -> dict[str, Any]:
         p = self.pipeline
@@ -35,20 +42,28 @@ class ExecutorScalingOperator(BaseOperator):
 
         batches = [
             b
-            for b in ledger_for(p).recent_batches(p.name, limit=200, statuses=[SUCCEEDED])
+            for b in self.ledger.recent_batches(p.name, limit=200, statuses=[SUCCEEDED])
             if b.processing_ms is not None and (changed_after is None or b.batch_id > changed_after)
         ]
         window = batches[: settings.scaling_window_batches]
         if not settings.scaling_enabled:
             decision = {"target": current, "action": "hold", "ratio": None, "reason": "scaling_enabled is false"}
         else:
-            d = executor_target(
-                current,
-                [b.processing_ms for b in window],
-                p.batch_interval_ms,
-                settings.scaling_policy(),
-                batches_since_change=None if changed_after is None else len(batches),
-            )
+            since = None if changed_after is None else len(batches)
+            if settings.mode == COST:
+                d = cost_executor_target(
+                    current,
+                    [(b.records or 0, b.processing_ms) for b in window],
+                    p.batch_interval_ms,
+                    load_controller(p, settings).cost.fit(),
+                    settings.target_ratio,
+                    settings.scaling_policy(),
+                    batches_since_change=since,
+                )
+            else:
+                d = executor_target(
+                    current, [b.processing_ms for b in window], p.batch_interval_ms, settings.scaling_policy(), since
+                )
             decision = d.to_dict()
         if decision["target"] != current:
             state = {

@@ -1,36 +1,32 @@
-"""The bounded Spark job: read one batch's exact Kafka offset ranges, transform, write the sink.
+"""The bounded batch: read one batch's exact Kafka offset ranges, transform, write the sink.
 
-Run it with ``spark-submit [--py-files airflow_kafka_backpressure-<v>.zip] job.py --spec spec.json``
-(the spec is a :class:`~airflow_kafka_backpressure.models.JobSpec` as JSON), or call
-:func:`run_batch` with an existing SparkSession. Steps:
+:func:`run_batch` is the batch logic, given a Spark session: a classic one (the submit engine runs
+this module as the driver program through ``spark-submit``) or a Spark Connect session (the connect
+engine calls it through a client session). Steps:
 
-1. check every range against the partition's earliest/latest offsets (kafka-python, driver side),
-   before anything is read: a missing topic or partition, a range past the latest offset or below
-   the earliest one, or an unreachable broker is a :class:`JobError` saying what to do;
-2. read the ranges — ``reader="python"``: the :mod:`.kafka_range_source` Python Data Source;
-   ``"native"``: Spark's ``format("kafka")`` with ``assign``/``startingOffsets``/``endingOffsets``;
-   ``"auto"``: native when ``KafkaSourceProvider`` is on the JVM classpath, else python;
+1. check every range against the partition's earliest/latest offsets (kafka-python), before anything
+   is read: a missing topic or partition, a range past the latest offset or below the earliest one,
+   or an unreachable broker is a :class:`JobError` saying what to do;
+2. read the ranges — ``reader="python"``: the :mod:`.kafka_range_source` Python Data Source (large
+   ranges split to reach ``spec.min_partitions`` input partitions); ``"native"``: Spark's
+   ``format("kafka")`` with ``assign``/``startingOffsets``/``endingOffsets``; ``"auto"``: native when
+   ``KafkaSourceProvider`` is on a classic session's classpath, else python;
 3. apply the optional user transform ``"package.module:function"`` (DataFrame -> DataFrame);
-4. write the idempotent sink (:mod:`.sink`) — records are counted while they are written, with a
-   Spark ``Observation`` on the data as read (before the transform), so Kafka is read once;
-5. write :class:`~airflow_kafka_backpressure.models.BatchMetrics` JSON to ``spec.metrics_path`` and
-   print ``KBP_METRICS {json}`` on stdout.
+4. write the idempotent sink (:mod:`.sink`): Parquet files from the executors, swapped in whole by the
+   writer's commit, with a manifest counting the records *read* (the reader leaves one completion
+   record per input partition read to its end);
+5. return :class:`~airflow_kafka_backpressure.models.BatchMetrics` built from the committed manifest.
 
-Metrics: ``records``/``bytes`` (key + value bytes) and per-partition counts are of the records
-read. If the transform does not consume its input (e.g. returns an unrelated DataFrame) the
-observation never completes; the job then counts with a second read. ``executors`` is 1 in local
-mode (the driver JVM runs the tasks), otherwise the number of executors (driver excluded) the
-status tracker reports, the larger of the counts before the read and after the write.
+Metrics: ``records``/``bytes`` (key + value bytes) and per-partition counts are of the records read.
+Ranges the write did not read to their end (a transform that ignores its input; the native reader)
+are counted with a second read. ``executors`` is the number of distinct executors that ran the
+batch's write tasks (1 in local mode).
 
-``spec.options`` understood here: ``max_records_per_batch`` (rows per Arrow batch of the Python
-reader, default 10000), ``parquet_compression`` (Spark's Parquet ``compression`` option) and
-``observation_wait_s`` (how long to wait for the write's record counts, default 10).
-
-On failure ``main`` prints ``KBP_ERROR <message>`` on stderr and exits 1 (2 for a bad spec file).
-This module never imports Airflow. The driver and the executors must be able to import
-``airflow_kafka_backpressure``: in local mode the installed package suffices; otherwise ship
-:func:`package_zip`'s zip with ``--py-files`` (it also carries this package to a cluster-mode
-driver). kafka-python and pyarrow must be installed where the executors' Python runs.
+As a program (``spark-submit job.py --spec <URI>``) it reads the spec from the submit engine's
+hand-off directory (:mod:`airflow_kafka_backpressure.handoff`), deletes it, runs the batch and leaves
+``metrics.json`` or ``error.json`` next to it; it also prints ``KBP_ERROR <message>`` on stderr and
+exits 1 on failure (2 for an unreadable spec). This module never imports Airflow and launches
+nothing: the executors import ``airflow_kafka_backpressure`` from the zip the engine ships.
 """
 
 from __future__ import annotations
@@ -43,12 +39,8 @@ import os
 import sys
 import time
 import traceback
-import uuid
-import zipfile
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from airflow_kafka_backpressure.kafka_config import KafkaConfigError, to_kafka_python, to_spark_kafka_options
 from airflow_kafka_backpressure.models import BatchMetrics, JobSpec, OffsetRange, PartitionCount, TopicPartition
@@ -60,7 +52,6 @@ ERROR_PREFIX = "KBP_ERROR "
 NATIVE_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 DEFAULT_BOOTSTRAP_TIMEOUT_MS = 20_000
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
-OBSERVATION_WAIT_S = 10.0
 
 
 class JobError(RuntimeError):
@@ -176,8 +167,11 @@ def check_bounds(spec: JobSpec) -> dict[TopicPartition, tuple[int, int]]:
 
 
 def native_reader_available(spark: Any) -> bool:
-    """True when Spark's Kafka connector (``spark-sql-kafka-0-10``) is on the driver classpath."""
-    jvm = spark._jvm
+    """True when Spark's Kafka connector (``spark-sql-kafka-0-10``) is on the driver classpath of a
+    classic session. A Spark Connect client cannot look: False."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return False
     try:
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
         jvm.java.lang.Class.forName(NATIVE_PROVIDER_CLASS, False, loader)
@@ -222,10 +216,13 @@ def native_options(spec: JobSpec) -> dict[str, str]:
     return opts
 
 
-def read_ranges(spark: Any, spec: JobSpec, reader: str) -> Any:
-    """The batch's records as a DataFrame with the Kafka source schema (lazy)."""
+def read_ranges(spark: Any, spec: JobSpec, reader: str, *, read_records_dir: str | None = None) -> Any:
+    """The batch's records as a DataFrame with the Kafka source schema (lazy). With
+    ``read_records_dir`` the Python reader leaves a completion record per input partition there."""
     from airflow_kafka_backpressure.spark.kafka_range_source import (
+        DEFAULT_CLIENT,
         DEFAULT_MAX_RECORDS_PER_BATCH,
+        DEFAULT_MAX_RECORDS_PER_PARTITION,
         KAFKA_SCHEMA,
         KafkaRangeDataSource,
         range_source_options,
@@ -236,12 +233,17 @@ def read_ranges(spark: Any, spec: JobSpec, reader: str) -> Any:
     if reader == "native":
         return spark.read.format("kafka").options(**native_options(spec)).load()
     spark.dataSource.register(KafkaRangeDataSource)
+    o = spec.options
     opts = range_source_options(
         spec.plan.ranges,
         spec.kafka,
+        client=str(o.get("client", DEFAULT_CLIENT)),
+        min_partitions=spec.min_partitions,
+        max_records_per_partition=int(o.get("max_records_per_partition", DEFAULT_MAX_RECORDS_PER_PARTITION)),
         poll_timeout_ms=spec.poll_timeout_ms,
         stall_timeout_s=spec.stall_timeout_s,
-        max_records_per_batch=int(spec.options.get("max_records_per_batch", DEFAULT_MAX_RECORDS_PER_BATCH)),
+        max_records_per_batch=int(o.get("max_records_per_batch", DEFAULT_MAX_RECORDS_PER_BATCH)),
+        read_records_dir=read_records_dir,
     )
     return spark.read.format(KafkaRangeDataSource.name()).options(**opts).load()
 
@@ -292,72 +294,24 @@ def apply_transform(df: Any, ref: str | None) -> Any:
 # --------------------------------------------------------------------------- counting
 
 
-class _Counter:
-    """Counts the records read (per topic-partition, and key+value bytes) during the write."""
+def count_unread(spark: Any, spec: JobSpec, reader: str, unread: Sequence[OffsetRange]) -> tuple[dict[TopicPartition, int], int]:
+    """Records and key+value bytes of ``unread`` ranges, by a second read (the transform did not
+    consume them, or the native reader, which leaves no completion records, read them)."""
+    from pyspark.sql import functions as F
 
-    def __init__(self, raw: Any, ranges: Sequence[OffsetRange], wait_s: float = OBSERVATION_WAIT_S) -> None:
-        from pyspark.sql import Observation
-        from pyspark.sql import functions as F
-
-        self.raw = raw
-        self.wait_s = wait_s
-        self.ranges = [r for r in ranges if r.count > 0]
-        self.result: dict[TopicPartition, int] | None = None
-        self.bytes = 0
-        if not self.ranges:
-            self.observed = raw
-            self.observation = None
-            self.result = {}
-            return
-        size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
-        exprs = [F.sum(size).alias("bytes")]
-        for i, r in enumerate(self.ranges):
-            hit = (F.col("topic") == r.topic) & (F.col("partition") == r.partition)
-            exprs.append(F.count_if(hit).alias(f"p{i}"))
-        self.observation = Observation(f"kbp_count_{uuid.uuid4().hex}")
-        self.observed = raw.observe(self.observation, *exprs)
-
-    def _from_observation(self) -> bool:
-        obs = self.observation
-        deadline = time.monotonic() + self.wait_s
-        while not obs._jo.future().isCompleted():  # noqa: SLF001 - no public non-blocking check
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        row = obs.get
-        self.bytes = int(row["bytes"] or 0)
-        self.result = {r.tp: int(row[f"p{i}"] or 0) for i, r in enumerate(self.ranges)}
-        return True
-
-    def _from_second_read(self) -> None:
-        from pyspark.sql import functions as F
-
-        log.warning("the transform did not consume the batch's records; counting them with a second read")
-        size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
-        grouped = self.raw.groupBy("topic", "partition").agg(F.count(F.lit(1)).alias("n"), F.sum(size).alias("b"))
-        counts = {
-            TopicPartition(row["topic"], int(row["partition"])): (int(row["n"]), int(row["b"] or 0))
-            for row in grouped.collect()
-        }
-        self.result = {r.tp: counts.get(r.tp, (0, 0))[0] for r in self.ranges}
-        self.bytes = sum(b for _, b in counts.values())
-
-    def counts(self) -> dict[TopicPartition, int]:
-        if self.result is None and not self._from_observation():
-            self._from_second_read()
-        assert self.result is not None
-        return self.result
-
-
-def count_executors(spark: Any) -> int:
-    """1 in local mode; else the executors (driver excluded) the status tracker knows now."""
-    sc = spark.sparkContext
-    if sc.master.startswith("local"):
-        return 1
-    try:
-        return max(0, len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1)
-    except Exception:  # pragma: no cover - e.g. no JVM access
-        return 0
+    if not unread:
+        return {}, 0
+    log.warning("counting %s with a second read: the write did not read them to their end", ", ".join(map(str, unread)))
+    sub = JobSpec.from_dict({**spec.to_dict(), "plan": {**spec.plan.to_dict(), "ranges": [r.to_dict() for r in unread]}})
+    size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+    rows = (
+        read_ranges(spark, sub, reader)
+        .groupBy("topic", "partition")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum(size).alias("b"))
+        .collect()
+    )
+    counts = {TopicPartition(r["topic"], int(r["partition"])): (int(r["n"]), int(r["b"] or 0)) for r in rows}
+    return {r.tp: counts.get(r.tp, (0, 0))[0] for r in unread}, sum(b for _, b in counts.values())
 
 
 # --------------------------------------------------------------------------- the batch
@@ -368,148 +322,71 @@ def _now_ms() -> int:
 
 
 def _spark_failure(e: Exception) -> str:
-    """The useful line of a Spark/Py4J error (an executor's KafkaRangeReadError, if any)."""
+    """The useful line of a Spark error (an executor's KafkaRangeReadError or SinkError, if any)."""
     text = str(e)
-    for line in text.splitlines():
-        if "KafkaRangeReadError:" in line:
-            return line.split("KafkaRangeReadError:", 1)[1].strip()
+    for marker in ("KafkaRangeReadError:", "SinkError:", "StorageError:"):
+        for line in text.splitlines():
+            if marker in line:
+                return line.split(marker, 1)[1].strip()
     return text.strip().splitlines()[0] if text.strip() else type(e).__name__
 
 
-def _set_session_defaults(spark: Any) -> None:
-    from airflow_kafka_backpressure.spark.environment import PARQUET_TIMESTAMP_KEY, PARQUET_TIMESTAMP_VALUE
-
-    if not spark.sparkContext.getConf().contains(PARQUET_TIMESTAMP_KEY):
-        spark.conf.set(PARQUET_TIMESTAMP_KEY, PARQUET_TIMESTAMP_VALUE)
-
-
-def write_metrics(spark: Any, path: str, metrics: BatchMetrics) -> None:
-    """Metrics JSON to a local path (atomically) or any Hadoop URI."""
-    text = json.dumps(metrics.to_dict(), sort_keys=True)
-    scheme = urlparse(path).scheme
-    if scheme in ("", "file"):
-        local = Path(urlparse(path).path if scheme == "file" else path)
-        local.parent.mkdir(parents=True, exist_ok=True)
-        tmp = local.with_name(f".{local.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, local)
-    else:
-        from airflow_kafka_backpressure.spark.sink import write_text
-
-        write_text(spark, path, text)
-
-
 def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
-    """Run one batch in ``spark``; returns (and writes, and prints) its metrics.
+    """Run one batch in ``spark`` (a classic session or a Spark Connect session); return its metrics.
 
     Raises :class:`JobError` with a message naming what failed; the sink then holds the batch's
-    previous committed version, if any, and never a partial or duplicated one. Sets
-    ``spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS`` on the session unless the
-    application's configuration sets it.
+    previous committed version, if any, and never a partial or duplicated one.
     """
-    from airflow_kafka_backpressure.spark.sink import SinkError, write_batch
+    from airflow_kafka_backpressure.spark.sink import SinkError, read_records_dir, write_batch
 
     plan = spec.plan
-    _set_session_defaults(spark)
     check_bounds(spec)
     reader = choose_reader(spark, spec.reader)
-    executors_before = count_executors(spark)
-    raw = read_ranges(spark, spec, reader)
-    counter = _Counter(raw, plan.ranges, float(spec.options.get("observation_wait_s", OBSERVATION_WAIT_S)))
-    out = apply_transform(counter.observed, spec.transform)
-
-    def describe() -> dict[str, Any]:
-        counts = counter.counts()
-        return {
-            "pipeline": plan.pipeline,
-            "run_id": plan.run_id,
-            "reader": reader,
-            "transform": spec.transform,
-            "ranges": [r.to_dict() for r in plan.ranges],
-            "partitions": [
-                {"topic": r.topic, "partition": r.partition, "records": counts.get(r.tp, 0)} for r in plan.ranges
-            ],
-            "records": sum(counts.values()),
-            "bytes": counter.bytes,
-        }
-
     read_started_at_ms = _now_ms()
-    parquet_options = {}
-    if "parquet_compression" in spec.options:
-        parquet_options["compression"] = str(spec.options["parquet_compression"])
+    records_dir = read_records_dir(plan.sink, plan.batch_id, spec.token) if reader == "python" else None
+    raw = read_ranges(spark, spec, reader, read_records_dir=records_dir)
+    out = apply_transform(raw, spec.transform)
+    describe = {"pipeline": plan.pipeline, "run_id": plan.run_id, "reader": reader, "transform": spec.transform}
     try:
-        manifest = write_batch(spark, out, plan.sink, plan.batch_id, describe, parquet_options=parquet_options)
+        manifest = write_batch(
+            spark,
+            out,
+            plan.sink,
+            plan.batch_id,
+            plan.ranges,
+            describe,
+            token=spec.token,
+            compression=spec.options.get("parquet_compression"),
+        )
     except SinkError as e:
-        raise JobError(f"batch {plan.batch_id}: cannot commit to sink {plan.sink!r}: {e}") from e
+        raise JobError(str(e)) from e
     except JobError:
         raise
     except Exception as e:
         raise JobError(
             f"batch {plan.batch_id} of pipeline {plan.pipeline!r} failed while reading "
-            f"{', '.join(str(r) for r in plan.ranges if r.count > 0)} (reader={reader}) or writing "
+            f"{', '.join(str(r) for r in plan.ranges if r.count > 0) or 'nothing'} (reader={reader}) or writing "
             f"{plan.output_path!r}: {_spark_failure(e)}"
         ) from e
     committed_at_ms = _now_ms()
 
-    metrics = BatchMetrics(
+    counts = {TopicPartition(p["topic"], int(p["partition"])): int(p["records"]) for p in manifest["partitions"]}
+    unread = [OffsetRange.from_dict(r) for r in manifest.get("unread", ())]
+    more, more_bytes = count_unread(spark, spec, reader, unread)
+    counts.update(more)
+    return BatchMetrics(
         batch_id=plan.batch_id,
-        records=int(manifest["records"]),
-        bytes=int(manifest["bytes"]),
+        records=sum(counts.values()),
+        bytes=int(manifest["bytes"]) + more_bytes,
         launched_at_ms=spec.launched_at_ms,
         read_started_at_ms=read_started_at_ms,
         committed_at_ms=committed_at_ms,
-        executors=max(executors_before, count_executors(spark)),
-        partitions=tuple(PartitionCount.from_dict(p) for p in manifest["partitions"]),
+        executors=int(manifest["executors"]),
+        partitions=tuple(PartitionCount(r.topic, r.partition, counts.get(r.tp, 0)) for r in plan.ranges),
     )
-    write_metrics(spark, spec.metrics_path, metrics)
-    print(METRICS_PREFIX + json.dumps(metrics.to_dict(), sort_keys=True), flush=True)
-    return metrics
-
-
-# --------------------------------------------------------------------------- packaging
-
-
-def job_script_path() -> str:
-    """This file: the application to pass to ``spark-submit``."""
-    return str(Path(__file__).resolve())
-
-
-def package_zip(dest_dir: str | os.PathLike[str]) -> str:
-    """Zip the ``airflow_kafka_backpressure`` package for ``--py-files``; returns the zip's path.
-
-    Byte-identical for identical sources (fixed timestamps, sorted entries), so it can be cached.
-    """
-    import airflow_kafka_backpressure as pkg
-
-    root = Path(pkg.__file__).resolve().parent
-    dest = Path(dest_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    target = dest / f"airflow_kafka_backpressure-{pkg.__version__}.zip"
-    tmp = dest / f".{target.name}.{uuid.uuid4().hex}.tmp"  # concurrent builders each rename a whole file
-    files = sorted(
-        p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".typed")
-    )
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for p in files:
-            arcname = f"airflow_kafka_backpressure/{p.relative_to(root).as_posix()}"
-            info = zipfile.ZipInfo(arcname, (1980, 1, 1, 0, 0, 0))
-            info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(info, p.read_bytes())
-    os.replace(tmp, target)
-    return str(target)
 
 
 # --------------------------------------------------------------------------- command line
-
-
-def load_spec(path: str) -> JobSpec:
-    try:
-        return JobSpec.from_dict(json.loads(Path(path).read_text()))
-    except FileNotFoundError as e:
-        raise JobError(f"spec file {path!r} does not exist") from e
-    except (ValueError, KeyError, TypeError) as e:
-        raise JobError(f"spec file {path!r} is not a valid JobSpec: {type(e).__name__}: {e}") from e
 
 
 def _report_error(message: str) -> None:
@@ -518,35 +395,47 @@ def _report_error(message: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from airflow_kafka_backpressure import handoff
+    from airflow_kafka_backpressure.storage import StorageError, location
+
     parser = argparse.ArgumentParser(description="Run one bounded Kafka micro-batch on Spark.")
-    parser.add_argument("--spec", required=True, help="path of the JobSpec JSON file")
+    parser.add_argument("--spec", required=True, help="URI of the JobSpec JSON in the hand-off directory")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        spec = load_spec(args.spec)
-    except JobError as e:
+        job_dir = location(args.spec).parent
+        spec = handoff.take_spec(args.spec, os.environ.get(handoff.SPEC_KEY_ENV))
+    except (handoff.HandoffError, StorageError) as e:
         _report_error(str(e))
         return 2
+
+    def fail(message: str) -> int:
+        _report_error(message)
+        try:
+            handoff.write_error(job_dir, message)
+        except StorageError as e:
+            _report_error(f"(and the error could not be handed back: {e})")
+        return 1
+
     try:
         check_bounds(spec)  # fail fast, before the JVM starts; run_batch checks again just before reading
     except JobError as e:
-        _report_error(str(e))
-        return 1
+        return fail(str(e))
 
     from pyspark.sql import SparkSession
 
     plan = spec.plan
     spark = SparkSession.builder.appName(f"kbp-{plan.pipeline}-batch-{plan.batch_id}").getOrCreate()
     try:
-        run_batch(spark, spec)
+        metrics = run_batch(spark, spec)
+        handoff.write_metrics(job_dir, metrics)
+        print(METRICS_PREFIX + json.dumps(metrics.to_dict(), sort_keys=True), flush=True)
         return 0
     except JobError as e:
-        _report_error(str(e))
-        return 1
+        return fail(str(e))
     except Exception as e:
         traceback.print_exc()
-        _report_error(f"batch {plan.batch_id}: {type(e).__name__}: {e}")
-        return 1
+        return fail(f"batch {plan.batch_id}: {type(e).__name__}: {e}")
     finally:
         spark.stop()
 

@@ -1,140 +1,385 @@
-"""The idempotent sink: one Parquet directory per batch, replaced whole on every write.
+"""The idempotent sink: one Parquet directory per batch, written by a Python Data Source writer and
+swapped in whole by its driver-side commit.
 
-Layout under the sink root (any Hadoop URI Spark understands: a local path, ``file://``,
-``hdfs://``, ``s3a://`` …)::
+``df.write.format("kbp_batch_sink").mode("append").options(**sink_options(...)).save()`` works the
+same in a classic session (spark-submit) and over Spark Connect: the executors' Python workers write
+Parquet files with pyarrow, and the writer's ``commit`` — which Spark runs on the driver side once
+every task succeeded — publishes the batch. Files go through :mod:`airflow_kafka_backpressure.storage`
+(pyarrow filesystems: local paths, ``s3://``/``s3a://``, ``gs://``, ``hdfs://`` …).
+
+Layout under the sink root::
 
     <sink>/batch_id=<N>/part-*.parquet        the batch's data (Hive-style partition directory)
     <sink>/batch_id=<N>/_manifest.json        what the batch holds (see below)
-    <sink>/_kbp_staging_<N>_<uuid>/           a write in progress, or one a crash left behind
-    <sink>/_kbp_replaced_<N>_<uuid>/          a previous version being removed
+    <sink>/_kbp_staging_<N>_<token>/          a write in progress, or one a crash left behind
+    <sink>/_kbp_replaced_<N>_<token>/         a previous version being removed
 
 Names starting with ``_`` are skipped by Spark's and pyarrow's dataset readers (temporary names
 contain no ``=``: Spark would take ``_x=y`` for a partition directory), so readers of the root see
 each batch once or not at all.
 
-:func:`write_batch` steps, and what a crash after each leaves:
+What ``commit`` does, and what a crash after each step leaves:
 
-1. delete this batch's ``_kbp_staging_<N>_*`` / ``_kbp_replaced_<N>_*`` leftovers;
-2. write the DataFrame to a fresh staging directory — crash: a hidden leftover, removed by step 1
-   of the next attempt;
-3. write ``_manifest.json`` into the staging directory — same;
-4. if ``batch_id=<N>`` exists, rename it to ``_kbp_replaced_<N>_<uuid>`` — crash: the batch is
+1. keep exactly the files the successful tasks reported (a failed or speculative task attempt may
+   have left others in the staging directory: they are deleted);
+2. collect the reader's completion records (``_read/``: one per input partition read to its end),
+   so the manifest counts the records *read* per topic-partition, whatever the transform did;
+3. write ``_manifest.json`` into the staging directory — crash: a hidden leftover;
+4. refuse to replace a committed batch that belongs to another pipeline or other offset ranges (a
+   reset ledger or two pipelines sharing a sink would otherwise overwrite older output);
+5. if ``batch_id=<N>`` exists, rename it to ``_kbp_replaced_<N>_<token>`` — crash: the batch is
    briefly absent (never duplicated); the failed job makes its task retry, which rewrites it;
-5. rename staging to ``batch_id=<N>`` — the commit; crash after it: a hidden leftover;
-6. delete the replaced version.
+6. rename staging to ``batch_id=<N>`` — the commit;
+7. delete the replaced version and this batch's other leftovers.
 
-Re-running a batch therefore always converges to exactly one copy of its records. On HDFS and
-local disks the renames are atomic. On object stores (s3a) a directory rename is a copy: a crash in
-step 5 can leave a partial ``batch_id=<N>``; the manifest lists every data file with its size, so a
-strict reader can verify a batch, and the retried write replaces it. One writer per batch at a time
-(step 1 would remove a concurrent writer's staging directory): the ledger guarantees that.
+Re-running a batch therefore always converges to exactly one copy of its records. On HDFS and local
+disks the renames are atomic; on object stores a directory rename is a copy, so a crash in step 6 can
+leave a partial ``batch_id=<N>``: the manifest lists every data file with its size, so a strict
+reader can verify a batch, and the retried write replaces it. An empty batch is still committed: one
+schema-only Parquet file plus the manifest.
 
-An empty batch is still committed: Spark writes one schema-only Parquet file, plus the manifest.
-
-Manifest fields: ``batch_id``, ``written_at_ms``, ``format``, ``files`` ([{name, bytes}]) and
-whatever the caller's ``describe()`` returns (the job adds ranges, per-partition record counts,
-total records and bytes).
+Manifest fields: ``manifest_version``, ``batch_id``, ``token`` (the attempt that wrote it),
+``written_at_ms``, ``format``, ``files`` ([{name, bytes, rows}]), ``rows`` (written), ``executors``
+(distinct executors that ran the write tasks), ``ranges``, ``partitions`` ([{topic, partition,
+records}] read), ``records``, ``bytes`` (key + value bytes read), ``unread`` (ranges the job did not
+read to their end: the transform did not consume them; their counts come from a second read), and
+what the caller passes as ``describe`` (pipeline, run id, reader, transform).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_kafka_backpressure.models import batch_path
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StringType, StructField, StructType
 
+from airflow_kafka_backpressure.models import OffsetRange, TopicPartition, batch_path
+from airflow_kafka_backpressure.storage import Location, StorageError, location
+
+SINK_SOURCE_NAME = "kbp_batch_sink"
+MANIFEST_SOURCE_NAME = "kbp_batch_manifest"
 MANIFEST_NAME = "_manifest.json"
 STAGING_PREFIX = "_kbp_staging_"
 REPLACED_PREFIX = "_kbp_replaced_"
-MANIFEST_VERSION = 1
+READ_DIR = "_read"
+MANIFEST_VERSION = 2
 
 
 class SinkError(RuntimeError):
-    """The sink could not be written or committed."""
+    """The sink could not be written or committed; the message says what to do."""
 
 
-class HadoopFs:
-    """The few Hadoop FileSystem calls the sink needs, through the Spark driver's JVM."""
-
-    def __init__(self, spark: Any, uri: str) -> None:
-        jvm = spark._jvm
-        self._Path = jvm.org.apache.hadoop.fs.Path
-        conf = spark._jsc.hadoopConfiguration()
-        path = self._Path(uri)
-        self.fs = path.getFileSystem(conf)
-        self.root = self.fs.makeQualified(path)
-
-    def path(self, *parts: str) -> Any:
-        p = self.root
-        for part in parts:
-            p = self._Path(p, part)
-        return p
-
-    def exists(self, p: Any) -> bool:
-        return bool(self.fs.exists(p))
-
-    def mkdirs(self, p: Any) -> None:
-        if not self.fs.mkdirs(p):
-            raise SinkError(f"cannot create directory {p.toString()}: check permissions")
-
-    def delete(self, p: Any) -> None:
-        if self.fs.exists(p) and not self.fs.delete(p, True):
-            raise SinkError(f"cannot delete {p.toString()}: check permissions, then delete it by hand")
-
-    def rename(self, src: Any, dst: Any) -> None:
-        if not self.fs.rename(src, dst):
-            raise SinkError(
-                f"cannot rename {src.toString()} to {dst.toString()} (does the target exist, or is "
-                "the parent missing?)"
-            )
-
-    def children(self, p: Any) -> list[tuple[str, bool, int]]:
-        """(name, is_dir, length) of the entries directly under ``p``."""
-        if not self.fs.exists(p):
-            return []
-        return [
-            (st.getPath().getName(), bool(st.isDirectory()), int(st.getLen()))
-            for st in self.fs.listStatus(p)
-        ]
-
-    def write_bytes(self, p: Any, data: bytes) -> None:
-        out = self.fs.create(p, True)
-        try:
-            out.write(bytearray(data))
-        finally:
-            out.close()
-
-    def read_bytes(self, p: Any) -> bytes:
-        stream = self.fs.open(p)
-        try:
-            return bytes(stream.readAllBytes())
-        finally:
-            stream.close()
+def staging_dir_name(batch_id: int, token: str) -> str:
+    return f"{STAGING_PREFIX}{int(batch_id)}_{token}"
 
 
-def write_text(spark: Any, uri: str, text: str) -> None:
-    """Write ``text`` to a Hadoop URI (a temporary name, then a rename over the target)."""
-    fs = HadoopFs(spark, uri)
-    tmp = fs._Path(fs.root.getParent(), f"_{fs.root.getName()}.{uuid.uuid4().hex}.tmp")
-    fs.mkdirs(fs.root.getParent())
-    fs.write_bytes(tmp, text.encode())
-    fs.delete(fs.root)
-    fs.rename(tmp, fs.root)
-
-
-def _batch_dir_name(batch_id: int) -> str:
+def batch_dir_name(batch_id: int) -> str:
     return batch_path("", batch_id).lstrip("/")
 
 
-def leftovers(spark: Any, sink: str, batch_id: int) -> list[str]:
-    """Names of this batch's temporary directories under the sink root (from crashes or a
-    running write)."""
-    fs = HadoopFs(spark, sink)
+def read_records_dir(sink: str, batch_id: int, token: str) -> str:
+    """Where the reader records the input partitions it read completely (inside the staging dir)."""
+    return location(sink).child(staging_dir_name(batch_id, token), READ_DIR).uri
+
+
+# --------------------------------------------------------------------------- completion records
+
+
+def record_read_completion(directory: str, offset_range: OffsetRange, records: int, key_value_bytes: int) -> None:
+    """Called by the reader once ``offset_range`` was read to its end (on an executor)."""
+    body = json.dumps({"range": offset_range.to_dict(), "records": int(records), "bytes": int(key_value_bytes)})
+    key = hashlib.sha1(json.dumps(offset_range.to_dict(), sort_keys=True).encode()).hexdigest()[:20]
+    location(directory).child(f"{key}.json").write_bytes(body.encode())
+
+
+def _completed_reads(directory: Location) -> list[tuple[OffsetRange, int, int]]:
+    out = []
+    for name, is_dir, _ in directory.children():
+        if is_dir or not name.endswith(".json"):
+            continue
+        d = json.loads(directory.child(name).read_bytes())
+        out.append((OffsetRange.from_dict(d["range"]), int(d["records"]), int(d["bytes"])))
+    return out
+
+
+def tally_reads(
+    planned: Sequence[OffsetRange], completed: Sequence[tuple[OffsetRange, int, int]]
+) -> tuple[dict[TopicPartition, int], int, list[OffsetRange]]:
+    """Per planned range: the records read, if its input partitions tile it exactly (pure).
+
+    Returns (records per topic-partition of the ranges read completely, their key+value bytes, the
+    non-empty ranges not read completely)."""
+    by_tp: dict[TopicPartition, list[tuple[OffsetRange, int, int]]] = {}
+    for r, n, b in completed:
+        by_tp.setdefault(r.tp, []).append((r, n, b))
+    counts: dict[TopicPartition, int] = {}
+    total_bytes = 0
+    unread: list[OffsetRange] = []
+    for r in planned:
+        if r.count <= 0:
+            counts[r.tp] = 0
+            continue
+        pieces = sorted({(p.from_offset, p.until_offset): (n, b) for p, n, b in by_tp.get(r.tp, ())}.items())
+        position, records, nbytes = r.from_offset, 0, 0
+        for (lo, hi), (n, b) in pieces:
+            if lo == position and hi <= r.until_offset:
+                position, records, nbytes = hi, records + n, nbytes + b
+        if position == r.until_offset:
+            counts[r.tp] = records
+            total_bytes += nbytes
+        else:
+            unread.append(r)
+    return counts, total_bytes, unread
+
+
+# --------------------------------------------------------------------------- writer
+
+
+def executor_identity() -> str:
+    """Which executor runs this Python worker: host, working directory (the executor's own on a
+    cluster) and the process that forked the worker (the executor's Python daemon)."""
+    return f"{socket.gethostname()}|{os.getcwd()}|{os.getppid()}"
+
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    files: list[dict[str, Any]] = field(default_factory=list)
+    executor: str = ""
+
+
+def sink_options(
+    sink: str,
+    batch_id: int,
+    token: str,
+    ranges: Sequence[OffsetRange],
+    describe: dict[str, Any],
+    *,
+    compression: str | None = None,
+) -> dict[str, str]:
+    """The writer's options for one attempt (``token``) at batch ``batch_id``."""
+    opts = {
+        "sink": sink,
+        "batchId": str(int(batch_id)),
+        "token": token,
+        "ranges": json.dumps([r.to_dict() for r in ranges]),
+        "describe": json.dumps(describe, sort_keys=True),
+    }
+    if compression:
+        opts["compression"] = compression
+    return opts
+
+
+class BatchSinkWriter(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        opts = {str(k).lower(): v for k, v in options.items()}
+        try:
+            self.sink = opts["sink"]
+            self.batch_id = int(opts["batchid"])
+            self.token = opts["token"]
+            self.ranges = [OffsetRange.from_dict(d) for d in json.loads(opts["ranges"])]
+            self.describe = json.loads(opts.get("describe", "{}"))
+        except (KeyError, ValueError, TypeError) as e:
+            raise SinkError(f"{SINK_SOURCE_NAME}: options sink, batchId, token and ranges are required ({e})") from e
+        self.compression = opts.get("compression", "snappy")
+        self.schema = schema
+
+    def _staging(self) -> Location:
+        return location(self.sink).child(staging_dir_name(self.batch_id, self.token))
+
+    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        part = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        staging = self._staging()
+        name = f"part-{part:05d}-{attempt}-{uuid.uuid4().hex[:8]}.{self.compression}.parquet"
+        target = staging.child(name)
+        writer = None
+        rows = 0
+        try:
+            for batch in iterator:
+                if batch.num_rows == 0:
+                    continue
+                if writer is None:
+                    staging.mkdirs()
+                    writer = pq.ParquetWriter(target.path, batch.schema, filesystem=target.fs, compression=self.compression)
+                writer.write_batch(batch)
+                rows += batch.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        files = []
+        if writer is not None:
+            files.append({"name": name, "bytes": int(target.fs.get_file_info(target.path).size), "rows": rows})
+        return SinkCommitMessage(files=files, executor=executor_identity())
+
+    def commit(self, messages: list[SinkCommitMessage | None]) -> None:
+        commit_batch(
+            self.sink,
+            self.batch_id,
+            self.token,
+            [m for m in messages if m is not None],
+            self.ranges,
+            self.describe,
+            self.schema,
+            self.compression,
+        )
+
+    def abort(self, messages: list[SinkCommitMessage | None]) -> None:
+        try:
+            self._staging().delete()
+        except StorageError:
+            pass  # a leftover is hidden and removed by the next attempt's commit
+
+
+def _write_empty_file(staging: Location, schema: StructType, compression: str) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    name = f"part-00000-empty.{compression}.parquet"
+    target = staging.child(name)
+    pq.write_table(to_arrow_schema(schema, timezone="UTC").empty_table(), target.path, filesystem=target.fs, compression=compression)
+    return {"name": name, "bytes": int(target.fs.get_file_info(target.path).size), "rows": 0}
+
+
+def check_replaceable(existing: dict[str, Any] | None, describe: dict[str, Any], ranges: Sequence[OffsetRange], where: str) -> None:
+    """Refuse to replace a committed batch written for another pipeline or other offsets (pure)."""
+    if existing is None:
+        return
+    theirs_pipeline = existing.get("pipeline")
+    theirs = sorted(OffsetRange.from_dict(r) for r in existing.get("ranges", ()))
+    ours = sorted(r for r in ranges)
+    if theirs_pipeline != describe.get("pipeline") or theirs != ours:
+        raise SinkError(
+            f"{where} already holds a batch of pipeline {theirs_pipeline!r} with ranges "
+            f"{', '.join(map(str, theirs)) or 'none'}; this batch is pipeline {describe.get('pipeline')!r} with "
+            f"ranges {', '.join(map(str, ours)) or 'none'}. Refusing to overwrite other data: was the "
+            "ledger reset or moved, or do two pipelines share this sink? Give the pipeline its own sink "
+            "(or move the old output away) and replay the batch"
+        )
+
+
+def commit_batch(
+    sink: str,
+    batch_id: int,
+    token: str,
+    messages: Sequence[SinkCommitMessage],
+    ranges: Sequence[OffsetRange],
+    describe: dict[str, Any],
+    schema: StructType,
+    compression: str = "snappy",
+) -> dict[str, Any]:
+    """Publish the staging directory of attempt ``token`` as batch ``batch_id`` (see the module doc)."""
+    root = location(sink)
+    staging = root.child(staging_dir_name(batch_id, token))
+    final = root.child(batch_dir_name(batch_id))
+    try:
+        staging.mkdirs()
+        files = sorted((f for m in messages for f in m.files), key=lambda f: f["name"])
+        keep = {f["name"] for f in files}
+        for name, is_dir, _ in staging.children():
+            if not is_dir and name not in keep:
+                staging.child(name).delete()  # a failed or duplicate task attempt's file
+        reads = staging.child(READ_DIR)
+        counts, nbytes, unread = tally_reads(ranges, _completed_reads(reads))
+        reads.delete()
+        if not files:
+            files = [_write_empty_file(staging, schema, compression)]
+        manifest: dict[str, Any] = {
+            "manifest_version": MANIFEST_VERSION,
+            "batch_id": int(batch_id),
+            "token": token,
+            **describe,
+            "ranges": [r.to_dict() for r in ranges],
+            "partitions": [
+                {"topic": r.topic, "partition": r.partition, "records": counts[r.tp]} for r in ranges if r.tp in counts
+            ],
+            "records": sum(counts.values()),
+            "bytes": nbytes,
+            "unread": [r.to_dict() for r in unread],
+            "rows": sum(int(f["rows"]) for f in files),
+            "executors": len({m.executor for m in messages if m.executor}),
+            "format": "parquet",
+            "files": files,
+            "written_at_ms": int(time.time() * 1000),
+        }
+        staging.child(MANIFEST_NAME).write_bytes(json.dumps(manifest, sort_keys=True).encode())
+
+        replaced = None
+        if final.exists():
+            try:
+                check_replaceable(_manifest_at(final), describe, ranges, final.uri)
+            except SinkError:
+                staging.delete()
+                raise
+            replaced = root.child(f"{REPLACED_PREFIX}{int(batch_id)}_{token}")
+            final.move_to(replaced)
+        try:
+            staging.move_to(final)
+        except StorageError:
+            if replaced is not None and not final.exists():
+                replaced.move_to(final)  # put the previous version back; the retry replaces it
+            raise
+        for name, _, _ in root.children():  # the replaced version and older attempts' leftovers
+            if name.startswith((f"{STAGING_PREFIX}{int(batch_id)}_", f"{REPLACED_PREFIX}{int(batch_id)}_")):
+                root.child(name).delete()
+        return manifest
+    except StorageError as e:
+        raise SinkError(f"batch {batch_id}: cannot commit to sink {sink!r}: {e}") from e
+
+
+def _manifest_at(batch_dir: Location) -> dict[str, Any] | None:
+    p = batch_dir.child(MANIFEST_NAME)
+    if not p.exists():
+        return None
+    return json.loads(p.read_bytes())
+
+
+def read_manifest(sink: str, batch_id: int) -> dict[str, Any] | None:
+    """The committed manifest of batch ``batch_id``, or None when the batch is not in the sink."""
+    return _manifest_at(location(sink).child(batch_dir_name(batch_id)))
+
+
+def leftovers(sink: str, batch_id: int) -> list[str]:
+    """Names of this batch's temporary directories under the sink root (crashes, or a running write)."""
     prefixes = (f"{STAGING_PREFIX}{int(batch_id)}_", f"{REPLACED_PREFIX}{int(batch_id)}_")
-    return sorted(name for name, _, _ in fs.children(fs.root) if name.startswith(prefixes))
+    return sorted(name for name, _, _ in location(sink).children() if name.startswith(prefixes))
+
+
+class BatchSinkDataSource(DataSource):
+    """``df.write.format("kbp_batch_sink")``: one batch of the idempotent Parquet sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SINK_SOURCE_NAME
+
+    def writer(self, schema: StructType, overwrite: bool) -> BatchSinkWriter:
+        return BatchSinkWriter(dict(self.options), schema)
+
+
+# --------------------------------------------------------------------------- from a session
+
+
+def register(spark: Any) -> None:
+    """Register the sink's writer and manifest reader with ``spark`` (classic or Connect)."""
+    spark.dataSource.register(BatchSinkDataSource)
+    spark.dataSource.register(BatchManifestDataSource)
 
 
 def write_batch(
@@ -142,65 +387,68 @@ def write_batch(
     df: Any,
     sink: str,
     batch_id: int,
-    describe: Callable[[], dict[str, Any]] | None = None,
+    ranges: Sequence[OffsetRange] = (),
+    describe: dict[str, Any] | None = None,
     *,
-    parquet_options: dict[str, str] | None = None,
+    token: str | None = None,
+    compression: str | None = None,
 ) -> dict[str, Any]:
-    """Write ``df`` as batch ``batch_id`` of ``sink``, replacing any previous version whole.
-
-    ``describe`` is called after the data is written and before the commit; its dict goes into the
-    manifest (the job counts records while writing, so the counts exist only then). Returns the
-    manifest as committed.
-    """
-    fs = HadoopFs(spark, sink)
-    fs.mkdirs(fs.root)
-    for name in leftovers(spark, sink, batch_id):
-        fs.delete(fs.path(name))
-
-    token = uuid.uuid4().hex
-    staging = fs.path(f"{STAGING_PREFIX}{int(batch_id)}_{token}")
-    final = fs.path(_batch_dir_name(batch_id))
-    try:
-        writer = df.write.mode("errorifexists")
-        for key, value in (parquet_options or {}).items():
-            writer = writer.option(key, value)
-        writer.parquet(staging.toString())
-
-        files = [
-            {"name": name, "bytes": size}
-            for name, is_dir, size in sorted(fs.children(staging))
-            if not is_dir and not name.startswith(("_", "."))
-        ]
-        manifest: dict[str, Any] = {"manifest_version": MANIFEST_VERSION, "batch_id": int(batch_id)}
-        manifest.update(describe() if describe else {})
-        manifest.update(format="parquet", files=files, written_at_ms=int(time.time() * 1000))
-        fs.write_bytes(fs._Path(staging, MANIFEST_NAME), json.dumps(manifest, sort_keys=True).encode())
-    except BaseException:
-        try:  # a failed write leaves nothing behind; after a crash, step 1 of the next attempt cleans up
-            fs.delete(staging)
-        except Exception:
-            pass
-        raise
-
-    replaced = None
-    if fs.exists(final):
-        replaced = fs.path(f"{REPLACED_PREFIX}{int(batch_id)}_{token}")
-        fs.rename(final, replaced)
-    try:
-        fs.rename(staging, final)
-    except SinkError:
-        if replaced is not None and not fs.exists(final):
-            fs.rename(replaced, final)  # put the previous version back; the retry replaces it
-        raise
-    if replaced is not None:
-        fs.delete(replaced)
+    """Write ``df`` as batch ``batch_id`` of ``sink`` (replacing any previous version whole) and
+    return the committed manifest, read back where Spark runs. ``token`` names the attempt (its
+    staging directory, where the reader leaves its completion records); default: a fresh one."""
+    register(spark)
+    opts = sink_options(sink, batch_id, token or uuid.uuid4().hex, ranges, describe or {}, compression=compression)
+    df.write.format(SINK_SOURCE_NAME).mode("append").options(**opts).save()
+    manifest = committed_manifest(spark, sink, batch_id)
+    if manifest is None or manifest.get("token") != opts["token"]:
+        raise SinkError(
+            f"batch {batch_id}: the write finished but {batch_path(sink, batch_id)} does not hold it (another "
+            "attempt at the same batch committed after it?); run the batch again"
+        )
     return manifest
 
 
-def read_manifest(spark: Any, sink: str, batch_id: int) -> dict[str, Any] | None:
-    """The committed manifest of batch ``batch_id``, or None when the batch is not in the sink."""
-    fs = HadoopFs(spark, sink)
-    p = fs.path(_batch_dir_name(batch_id), MANIFEST_NAME)
-    if not fs.exists(p):
-        return None
-    return json.loads(fs.read_bytes(p).decode())
+def committed_manifest(spark: Any, sink: str, batch_id: int) -> dict[str, Any] | None:
+    """The committed manifest of a batch, read by a Spark task (Connect clients may not see the sink)."""
+    rows = (
+        spark.read.format(MANIFEST_SOURCE_NAME)
+        .options(sink=sink, batchId=str(int(batch_id)))
+        .load()
+        .collect()
+    )
+    text = rows[0][0] if rows else None
+    return None if text is None else json.loads(text)
+
+
+# --------------------------------------------------------------------------- manifest read-back
+
+MANIFEST_SCHEMA = StructType([StructField("manifest", StringType())])
+
+
+class _ManifestReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        opts = {str(k).lower(): v for k, v in options.items()}
+        self.sink = opts["sink"]
+        self.batch_id = int(opts["batchid"])
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [InputPartition(0)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[str | None]]:
+        manifest = read_manifest(self.sink, self.batch_id)
+        yield (None if manifest is None else json.dumps(manifest),)
+
+
+class BatchManifestDataSource(DataSource):
+    """``spark.read.format("kbp_batch_manifest")``: a committed batch's manifest, read where Spark
+    runs — the Connect client may not see the sink's filesystem."""
+
+    @classmethod
+    def name(cls) -> str:
+        return MANIFEST_SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return MANIFEST_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _ManifestReader(dict(self.options))

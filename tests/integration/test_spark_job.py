@@ -1,8 +1,9 @@
 """The bounded Spark job against the real embedded broker and real Spark (local[2]).
 
 Most batches run in the session's in-process SparkSession (``run_batch``); the production command
-line (``spark-submit job.py --spec …`` with the package zip on ``--py-files``) runs twice: a
-successful re-run of a batch and an unreachable broker. The sink is always checked by reading the
+line (``spark-submit job.py --spec <hand-off URI>`` with the package zip on ``--py-files`` and the
+sealed spec's key in the environment) runs twice: a successful re-run of a batch and an unreachable
+broker. The sink is always checked by reading the
 Parquet back with pyarrow, independently of the job.
 """
 
@@ -17,6 +18,8 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pytest
 
+from airflow_kafka_backpressure import handoff
+from airflow_kafka_backpressure.engines.submit import job_script_path, package_zip
 from airflow_kafka_backpressure.local.broker import free_port
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce
 from airflow_kafka_backpressure.models import BatchMetrics, BatchPlan, JobSpec, OffsetRange, batch_path
@@ -25,8 +28,6 @@ from airflow_kafka_backpressure.spark.job import (
     METRICS_PREFIX,
     JobError,
     choose_reader,
-    job_script_path,
-    package_zip,
     run_batch,
 )
 from airflow_kafka_backpressure.spark.kafka_range_source import (
@@ -67,7 +68,6 @@ def make_spec(
     return JobSpec(
         plan=plan,
         kafka=kafka or {"bootstrap.servers": bootstrap},
-        metrics_path=str(tmp / f"metrics-{batch_id}.json"),
         launched_at_ms=int(time.time() * 1000),
         reader="auto",
         transform=transform,
@@ -77,10 +77,12 @@ def make_spec(
     )
 
 
-def write_spec(spec: JobSpec, path: Path) -> Path:
-    path.write_text(json.dumps(spec.to_dict()))
-    path.chmod(0o600)
-    return path
+def hand_off(spec: JobSpec, name: str):
+    """The spec in a hand-off directory under the sink, as the submit engine writes it:
+    ``(directory, spec URI, key)``."""
+    directory = handoff.job_dir(spec.plan.sink, name)
+    uri, key = handoff.write_spec(directory, spec)
+    return directory, uri, key
 
 
 def sink_table(sink: Path):
@@ -108,8 +110,6 @@ def assert_metrics_match(m: BatchMetrics, spec: JobSpec) -> None:
     assert m.launched_at_ms == spec.launched_at_ms
     assert m.launched_at_ms <= m.read_started_at_ms <= m.committed_at_ms
     assert m.executors == 1  # local mode
-    on_disk = BatchMetrics.from_dict(json.loads(Path(spec.metrics_path).read_text()))
-    assert on_disk == m
 
 
 @pytest.fixture
@@ -147,17 +147,21 @@ def test_three_batches_and_a_rerun_hold_every_record_exactly_once(
 
     # Re-run batch 1 through the production command line, with the package shipped as a zip.
     rerun = make_spec(tmp_path, bootstrap, 1, plans[1], sink=sink)
-    rerun = JobSpec.from_dict({**rerun.to_dict(), "metrics_path": str(tmp_path / "metrics-1-rerun.json")})
-    spec_file = write_spec(rerun, tmp_path / "spec-1-rerun.json")
+    job, spec_uri, key = hand_off(rerun, "rerun-1")
+    sealed = (Path(job.path) / handoff.SPEC_NAME).read_text()
+    assert bootstrap not in sealed  # the Kafka properties are sealed in the file
     zip_path = package_zip(tmp_path / "dist")
     started = time.monotonic()
-    proc = spark_submit(job_script_path(), "--spec", str(spec_file), py_files=[zip_path])
+    proc = spark_submit(job_script_path(), "--spec", spec_uri, py_files=[zip_path], env={handoff.SPEC_KEY_ENV: key})
     submit_s = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith(METRICS_PREFIX)]
     assert len(lines) == 1, proc.stdout
     printed = BatchMetrics.from_dict(json.loads(lines[0][len(METRICS_PREFIX) :]))
     assert_metrics_match(printed, rerun)
+    assert handoff.read_result(job) == printed  # handed back through the directory, too
+    assert not (Path(job.path) / handoff.SPEC_NAME).exists()  # the driver took the spec away
+    job.delete()
     print(f"spark-submit re-run of batch 1: {submit_s:.1f}s wall")  # informational only
 
     # Every produced record exactly once, read back independently of the job.
@@ -176,17 +180,15 @@ def test_three_batches_and_a_rerun_hold_every_record_exactly_once(
     assert spark.read.parquet(str(sink)).count() == produced
 
     # The manifest describes the committed re-run; nothing temporary is left.
-    manifest = sink_mod.read_manifest(spark, str(sink), 1)
+    manifest = sink_mod.read_manifest(str(sink), 1)
     assert manifest["records"] == sum(expected_counts(rerun).values())
     assert manifest["ranges"] == [r.to_dict() for r in rerun.plan.ranges]
     assert {(p["topic"], p["partition"]): p["records"] for p in manifest["partitions"]} == expected_counts(rerun)
     assert manifest["files"] and all(f["bytes"] > 0 for f in manifest["files"])
-    assert sink_mod.leftovers(spark, str(sink), 1) == []
-    assert sorted(p.name for p in sink.iterdir() if not p.name.startswith(".")) == [
-        "batch_id=0",
-        "batch_id=1",
-        "batch_id=2",
-    ]
+    assert manifest["executors"] == 1 and manifest["unread"] == [] and manifest["token"] == rerun.token
+    assert sink_mod.leftovers(str(sink), 1) == []
+    assert sorted(p.name for p in sink.iterdir() if p.name != "_kbp") == ["batch_id=0", "batch_id=1", "batch_id=2"]
+    assert list((sink / "_kbp" / "jobs").iterdir()) == []
 
 
 def test_all_empty_batch_commits_an_empty_directory_readers_accept(spark, kafka_broker, topic4, sink, tmp_path):
@@ -227,7 +229,6 @@ def test_range_past_latest_is_a_clear_error_and_writes_nothing(spark, kafka_brok
     assert f"{t}-1[1, 7)" in msg and "latest offset 2" in msg and "re-plan" in msg
     assert f"{t}-0" not in msg.replace(f"{t}-1", "")  # only the bad range is blamed
     assert not Path(batch_path(str(sink), 5)).exists()
-    assert not Path(spec.metrics_path).exists()
     assert not sink.exists() or not [p for p in sink.iterdir() if not p.name.startswith(".")]
 
 
@@ -256,23 +257,30 @@ def test_unreachable_broker_fails_the_submitted_job_with_a_clear_error(spark_sub
     dead = f"127.0.0.1:{free_port()}"
     kafka = {"bootstrap.servers": dead, "socket.connection.setup.timeout.ms": "2000"}
     spec = make_spec(tmp_path, dead, 0, {("t", 0): (0, 5)}, sink=sink, kafka=kafka)
-    proc = spark_submit(job_script_path(), "--spec", str(write_spec(spec, tmp_path / "spec.json")))
+    job, spec_uri, key = hand_off(spec, "unreachable")
+    proc = spark_submit(job_script_path(), "--spec", spec_uri, env={handoff.SPEC_KEY_ENV: key})
     output = proc.stdout + proc.stderr  # spark-submit merges the Python driver's stderr into stdout
     assert proc.returncode == 1, output[-4000:]
     errors = [line for line in output.splitlines() if line.startswith("KBP_ERROR ")]
     assert errors and f"cannot reach Kafka at '{dead}'" in errors[0], output[-4000:]
     assert METRICS_PREFIX not in proc.stdout
-    assert not sink.exists()
-    assert not Path(spec.metrics_path).exists()
+    result = handoff.read_result(job)  # the error comes back through the hand-off directory
+    assert isinstance(result, str) and f"cannot reach Kafka at '{dead}'" in result
+    assert sorted(p.name for p in sink.iterdir()) == ["_kbp"]  # no batch, no staging
 
 
-def test_bad_spec_file_exits_2(spark_submit, tmp_path):
+def test_bad_spec_file_exits_2(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text('{"plan": {}}')
     from airflow_kafka_backpressure.spark.job import main
 
     assert main(["--spec", str(bad)]) == 2
     assert main(["--spec", str(tmp_path / "nope.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    spec = make_spec(tmp_path, "127.0.0.1:1", 0, {("t", 0): (0, 5)}, sink=tmp_path / "sink")
+    _, uri, _key = hand_off(spec, "no-key")
+    assert main(["--spec", uri]) == 2  # sealed, and no key in the environment
+    assert handoff.SPEC_KEY_ENV in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- transform
@@ -301,10 +309,11 @@ def test_transform_ignoring_its_input_still_gets_counts(spark, kafka_broker, top
         {(t, p): (0, 3) for p in range(PARTITIONS)},
         sink=sink,
         transform="tests.integration.spark_transforms:unrelated",
-        options={"observation_wait_s": 1},
     )
     assert_metrics_match(run_batch(spark, spec), spec)
     assert sink_table(sink).num_rows == 3
+    # the write read nothing: the manifest says so, and the job counted with a second read
+    assert len(sink_mod.read_manifest(str(sink), 0)["unread"]) == PARTITIONS
 
 
 @pytest.mark.parametrize(
@@ -396,7 +405,7 @@ def test_stalled_read_fails_the_job_with_the_range_named(spark, kafka_broker, to
         run_batch(spark, spec)
     assert f"reading {topic4}-0[0, 3) stalled" in str(err.value)
     assert not Path(batch_path(str(sink), 0)).exists()
-    assert sink_mod.leftovers(spark, str(sink), 0) == []  # the failed write removed its staging dir
+    assert sink_mod.leftovers(str(sink), 0) == []  # the failed write removed its staging dir
 
 
 # --------------------------------------------------------------------------- the sink
@@ -408,29 +417,43 @@ def _rows(spark, ids):
 
 def test_sink_ignores_and_cleans_crash_leftovers(spark, sink):
     root = str(sink)
-    sink_mod.write_batch(spark, _rows(spark, range(5)), root, 1, lambda: {"records": 5})
-    sink_mod.write_batch(spark, _rows(spark, range(5, 8)), root, 7, lambda: {"records": 3})
+    sink_mod.write_batch(spark, _rows(spark, range(5)), root, 1, describe={"pipeline": "p"})
+    sink_mod.write_batch(spark, _rows(spark, range(5, 8)), root, 7, describe={"pipeline": "p"})
     # What crashes leave behind: a finished staging dir, a replaced version (both full copies).
     for name in ("_kbp_staging_1_dead", "_kbp_replaced_1_dead", "_kbp_staging_7_dead"):
         shutil.copytree(sink / "batch_id=1", sink / name)
     assert sorted(sink_table(sink).column("id").to_pylist()) == list(range(8))
     assert spark.read.parquet(root).count() == 8
 
-    manifest = sink_mod.write_batch(spark, _rows(spark, range(5)), root, 1, lambda: {"records": 5})
-    assert manifest["batch_id"] == 1 and manifest["records"] == 5
-    assert sink_mod.leftovers(spark, root, 1) == []
-    assert sink_mod.leftovers(spark, root, 7) == ["_kbp_staging_7_dead"]  # other batches' are theirs
+    manifest = sink_mod.write_batch(spark, _rows(spark, range(5)), root, 1, describe={"pipeline": "p"})
+    assert manifest["batch_id"] == 1 and manifest["rows"] == 5
+    assert sink_mod.leftovers(root, 1) == []
+    assert sink_mod.leftovers(root, 7) == ["_kbp_staging_7_dead"]  # other batches' are theirs
     assert spark.read.parquet(root).count() == 8
 
 
 def test_sink_converges_after_a_crash_between_the_two_renames(spark, sink):
     root = str(sink)
-    sink_mod.write_batch(spark, _rows(spark, range(4)), root, 3, lambda: {})
+    sink_mod.write_batch(spark, _rows(spark, range(4)), root, 3, describe={"pipeline": "p"})
     # Crash after "batch_id=3 -> _kbp_replaced_3_x" and before "staging -> batch_id=3".
     shutil.copytree(sink / "batch_id=3", sink / "_kbp_staging_3_x")
     (sink / "batch_id=3").rename(sink / "_kbp_replaced_3_x")
-    sink_mod.write_batch(spark, _rows(spark, range(4)), root, 3, lambda: {})
+    sink_mod.write_batch(spark, _rows(spark, range(4)), root, 3, describe={"pipeline": "p"})
     assert sorted(r["id"] for r in spark.read.parquet(root).collect()) == [0, 1, 2, 3]
-    assert sink_mod.leftovers(spark, root, 3) == []
-    assert sink_mod.read_manifest(spark, root, 3)["batch_id"] == 3
-    assert sink_mod.read_manifest(spark, root, 4) is None
+    assert sink_mod.leftovers(root, 3) == []
+    assert sink_mod.read_manifest(root, 3)["batch_id"] == 3
+    assert sink_mod.read_manifest(root, 4) is None
+
+
+def test_sink_refuses_to_overwrite_another_pipelines_batch(spark, sink):
+    root = str(sink)
+    mine = (OffsetRange("t", 0, 0, 4),)
+    sink_mod.write_batch(spark, _rows(spark, range(4)), root, 1, mine, {"pipeline": "orders"})
+    # the same pipeline and ranges: replaced (a retry, a rerun, a replay)
+    sink_mod.write_batch(spark, _rows(spark, range(4)), root, 1, mine, {"pipeline": "orders"})
+    # another pipeline sharing the sink, or a reset ledger that reuses batch ids: refused
+    for ranges, pipeline in ((mine, "payments"), ((OffsetRange("t", 0, 4, 9),), "orders")):
+        with pytest.raises(Exception, match="Refusing to overwrite other data"):
+            sink_mod.write_batch(spark, _rows(spark, range(100, 105)), root, 1, ranges, {"pipeline": pipeline})
+    assert sorted(sink_table(sink).column("id").to_pylist()) == [0, 1, 2, 3]
+    assert sink_mod.leftovers(root, 1) == []  # the refused attempt cleaned its staging directory

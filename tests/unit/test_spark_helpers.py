@@ -10,12 +10,13 @@ import zipfile
 from pathlib import Path
 
 from airflow_kafka_backpressure.models import BatchPlan, JobSpec, OffsetRange, TopicPartition
-from airflow_kafka_backpressure.spark.environment import (
+from airflow_kafka_backpressure.engines.environment import (
     pyspark_home,
     spark_conf_defaults,
     spark_submit_env,
 )
-from airflow_kafka_backpressure.spark.job import native_options, package_zip, range_problems
+from airflow_kafka_backpressure.engines.submit import package_zip
+from airflow_kafka_backpressure.spark.job import native_options, range_problems
 
 
 # --------------------------------------------------------------------------- environment
@@ -49,7 +50,6 @@ def test_submit_env_user_and_inherited_values_win(tmp_path):
 def test_conf_defaults(tmp_path):
     conf = spark_conf_defaults(tmp_path)
     assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "127.0.0.1"
-    assert conf["spark.sql.parquet.outputTimestampType"] == "TIMESTAMP_MICROS"
     for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
         tmpdir = conf[key].split("-Djava.io.tmpdir=")[1]
         assert Path(tmpdir).is_dir() and Path(tmpdir).is_relative_to(tmp_path.resolve())
@@ -111,7 +111,7 @@ def test_native_options_cover_only_non_empty_ranges():
         "p", 1, "r", (OffsetRange("a", 0, 3, 9), OffsetRange("a", 2, 4, 4), OffsetRange("b", 1, 0, 5)), "/s", 1000, 0
     )
     kafka = {"bootstrap.servers": "h:9092", "sasl.username": "u"}
-    spec = JobSpec(plan=plan, kafka=kafka, metrics_path="/m", launched_at_ms=0)
+    spec = JobSpec(plan=plan, kafka=kafka, launched_at_ms=0)
     opts = native_options(spec)
     assert json.loads(opts["assign"]) == {"a": [0], "b": [1]}
     assert json.loads(opts["startingOffsets"]) == {"a": {"0": 3}, "b": {"1": 0}}

@@ -8,7 +8,7 @@ Two plain ``dict[str, str]`` builders, meant for the Spark provider's ``SparkSub
   interpreter's ``bin`` first on ``PATH`` (that is where ``spark-submit`` lives), loopback binding and
   Spark's scratch directories inside ``work_dir``.
 * :func:`spark_conf_defaults` — driver host/bind address on loopback, ``java.io.tmpdir`` inside
-  ``work_dir``, microsecond Parquet timestamps, no console progress bars, no web UI (a bounded job
+  ``work_dir``, no console progress bars, no web UI (a bounded job
   per interval; several at once would fight over port 4040+; enable it with
   ``spark.ui.enabled=true``) and WARN logging.
 
@@ -22,7 +22,7 @@ Kubernetes, a remote standalone master) pass ``local_only=False``: loopback bind
 executor temp directory would then break the job, so they are not set.
 
 Directories named here are created, because the JVM does not create ``java.io.tmpdir`` itself.
-No Spark, Kafka or Airflow imports.
+No Spark, Kafka or Airflow imports. Runs where a batch is launched (the Airflow worker), never inside Spark.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
-PARQUET_TIMESTAMP_KEY = "spark.sql.parquet.outputTimestampType"
-PARQUET_TIMESTAMP_VALUE = "TIMESTAMP_MICROS"
 
 
 def pyspark_home() -> str:
@@ -123,7 +121,6 @@ def spark_conf_defaults(
     user = {k: str(v) for k, v in (user_conf or {}).items()}
     tmp = work_dirs(work_dir)["tmp"]
     defaults = {
-        PARQUET_TIMESTAMP_KEY: PARQUET_TIMESTAMP_VALUE,
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
         "spark.log.level": "WARN",

@@ -1,0 +1,138 @@
+"""The connect engine: one batch through a Spark Connect client session to a long-lived server.
+
+The server pays JVM, session and Python-worker start-up once; a batch pays a client session
+(about a second), the upload of this package (and of the transform's package) as session artifacts,
+and its own work. The batch logic is the submit engine's (:func:`~..spark.job.run_batch`); the Data
+Source, the sink writer and the transform's UDFs run on the server's executors, imported from the
+artifacts. The client itself never touches the sink's filesystem.
+
+Every operation of the batch carries a tag unique to the attempt; stopping the batch (timeout,
+``on_kill``, the task's supervisor gone) interrupts the operations with that tag on the server.
+
+Executors: a Connect server's executors belong to the server (its master and dynamic allocation
+decide them). The executor target sets the batch's read parallelism instead —
+``executors × executor_cores`` input partitions at least (large ranges are split) — so that with
+dynamic allocation on the server the pending tasks become executors. The metrics record the
+executors that really ran the batch's tasks.
+
+Spark settings of the pipeline are applied to the session where Spark allows it at runtime (SQL
+settings); static ones must be set on the server, and a warning names them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..models import BatchMetrics, JobSpec
+from . import BatchJobError, Engine
+from .submit import package_zip, zip_tree
+
+log = logging.getLogger(__name__)
+
+
+def transform_package(transform: str | None, dest: Path) -> str | None:
+    """A zip of the top-level package (or the single module) of ``transform`` for the server, or
+    None when it is not importable here as files (then the server must already have it)."""
+    if not transform:
+        return None
+    module = transform.partition(":")[0]
+    top = module.split(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin in (None, "built-in", "frozen"):
+        return None
+    if spec.submodule_search_locations:  # a package: ship all of it
+        root = Path(next(iter(spec.submodule_search_locations)))
+        return zip_tree(root, top, dest, f"transform-{top}.zip")
+    return str(Path(spec.origin))
+
+
+class ConnectEngine(Engine):
+    """One batch through a Spark Connect session to ``url`` (``sc://host:port/;params``)."""
+
+    name = "connect"
+
+    def __init__(self, url: str, *, work_root: Path, spark_conf: Mapping[str, str] | None = None) -> None:
+        super().__init__()
+        self.url = url
+        self.work_root = Path(work_root)
+        self.spark_conf = dict(spark_conf or {})
+        self._session: Any = None
+        self._tag: str | None = None
+
+    def run(self, spec: JobSpec) -> BatchMetrics:
+        from pyspark.sql import SparkSession
+
+        from ..spark.job import JobError, run_batch
+
+        plan = spec.plan
+        tag = f"kbp-{plan.pipeline}-batch-{plan.batch_id}-{spec.token}"
+        try:
+            spark = SparkSession.builder.remote(self.url).create()
+        except Exception as e:  # noqa: BLE001 - any client failure means "cannot reach the server"
+            raise BatchJobError(
+                plan.batch_id,
+                f"cannot open a Spark Connect session at {_redacted(self.url)}: {type(e).__name__}: {_first_line(e)}. "
+                "Is the Connect server running and reachable? (python -m airflow_kafka_backpressure.local "
+                "spark-connect starts one on this machine)",
+            ) from e
+        self._session, self._tag = spark, tag
+        try:
+            spark.addTag(tag)  # tags are per thread: this one runs every operation of the batch
+            if self.stop_reason is not None:
+                raise self.stopped_error(spec)  # type: ignore[misc]
+            artifacts = [package_zip(self.work_root / "dist")]
+            extra = transform_package(spec.transform, self.work_root / "dist")
+            if extra:
+                artifacts.append(extra)
+            spark.addArtifacts(*artifacts, pyfile=True)
+            self._apply_conf(spark)
+            log.info("Running batch %s on the Spark Connect server %s", plan.batch_id, _redacted(self.url))
+            try:
+                return run_batch(spark, spec)
+            except Exception as e:
+                stopped = self.stopped_error(spec)
+                if stopped is not None:
+                    raise stopped from e
+                if isinstance(e, JobError):
+                    raise BatchJobError(plan.batch_id, str(e)) from e
+                raise BatchJobError(plan.batch_id, f"{type(e).__name__}: {_first_line(e)}") from e
+        finally:
+            self._session = None
+            try:
+                spark.stop()  # releases the session (and its artifacts) on the server
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not release the Spark Connect session: %s", _first_line(e))
+
+    def _apply_conf(self, spark: Any) -> None:
+        for key, value in self.spark_conf.items():
+            try:
+                spark.conf.set(key, value)
+            except Exception:  # noqa: BLE001 - static settings belong to the server
+                log.warning("Spark setting %r cannot be set per session over Spark Connect; set it on the server", key)
+
+    def _stop(self) -> None:
+        session, tag = self._session, self._tag
+        if session is not None and tag is not None:
+            try:
+                session.interruptTag(tag)
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not interrupt the batch's operations (tag %s): %s", tag, _first_line(e))
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _redacted(url: str) -> str:
+    """The Connect URL without its token parameter."""
+    head, _, params = url.partition(";")
+    kept = [p for p in params.split(";") if p and not p.lower().startswith("token=")]
+    return head + (";" + ";".join(kept) if kept else "")

@@ -1,0 +1,183 @@
+"""SparkBatchHook: run one planned batch on Spark and return its metrics.
+
+The one place the Airflow worker launches Spark work. It owns the Spark connection of the chosen
+engine and everything around a run:
+
+* ``engine="submit"`` — the Spark provider's ``spark`` connection (``spark_default``) and its
+  ``SparkSubmitHook``: a new application per batch, client or cluster deploy mode
+  (:mod:`airflow_kafka_backpressure.engines.submit`);
+* ``engine="connect"`` — the provider's ``spark_connect`` connection (``spark_connect_default``): a
+  client session to a long-lived Spark Connect server (:mod:`airflow_kafka_backpressure.engines.connect`);
+* a per-batch timeout, and stopping the batch's Spark work when the task is killed (:meth:`on_kill`)
+  or its supervisor dies (:func:`airflow_kafka_backpressure.engines.supervise`).
+
+Read parallelism: the batch asks for ``executors × executor_cores`` input partitions at least
+(large offset ranges are split), on both engines.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+from ..engines import ENGINES, Engine, supervise
+from ..models import BatchMetrics, BatchPlan, JobSpec, new_token
+from ..pipeline import PipelineConfig
+
+
+def work_root() -> Path:
+    """This worker's local directory for the package zip and per-attempt scratch directories."""
+    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return Path(home) / "kafka_backpressure"
+
+
+class SparkBatchHook(BaseHook):
+    """Runs batches on Spark with one engine (see the module doc).
+
+    :param engine: ``"submit"`` or ``"connect"``.
+    :param spark_conn_id: the ``spark`` connection (submit engine).
+    :param spark_connect_conn_id: the ``spark_connect`` connection (connect engine).
+    :param timeout_s: a batch running longer is stopped and fails with a message saying so.
+    The remaining parameters describe the job (see :class:`~airflow_kafka_backpressure.pipeline.PipelineConfig`).
+    """
+
+    hook_name = "Kafka backpressure Spark batch"
+
+    def __init__(
+        self,
+        *,
+        engine: str = "submit",
+        spark_conn_id: str = "spark_default",
+        spark_connect_conn_id: str = "spark_connect_default",
+        timeout_s: float = 600.0,
+        executor_cores: int = 1,
+        executor_memory: str | None = None,
+        driver_memory: str | None = None,
+        spark_conf: Mapping[str, str] | None = None,
+        reader: str = "auto",
+        transform: str | None = None,
+        stall_timeout_s: float = 120.0,
+        reader_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if engine not in ENGINES:
+            raise ValueError(f"engine = {engine!r} is invalid: use one of {', '.join(ENGINES)}")
+        self.engine = engine
+        self.spark_conn_id = spark_conn_id
+        self.spark_connect_conn_id = spark_connect_conn_id
+        self.timeout_s = float(timeout_s)
+        self.executor_cores = int(executor_cores)
+        self.executor_memory = executor_memory
+        self.driver_memory = driver_memory
+        self.spark_conf = dict(spark_conf or {})
+        self.reader = reader
+        self.transform = transform
+        self.stall_timeout_s = float(stall_timeout_s)
+        self.reader_options = dict(reader_options or {})
+        self._running: Engine | None = None
+
+    @classmethod
+    def for_pipeline(cls, p: PipelineConfig) -> SparkBatchHook:
+        return cls(
+            engine=p.engine,
+            spark_conn_id=p.spark_conn_id,
+            spark_connect_conn_id=p.spark_connect_conn_id,
+            timeout_s=p.batch_timeout,
+            executor_cores=p.executor_cores,
+            executor_memory=p.executor_memory,
+            driver_memory=p.driver_memory,
+            spark_conf=p.spark_conf,
+            reader=p.reader,
+            transform=p.transform,
+            stall_timeout_s=p.stall_timeout_s,
+            reader_options=p.reader_options,
+        )
+
+    # ----- connections ------------------------------------------------------------------------
+    def submit_connection(self) -> tuple[str, str]:
+        """``(master, deploy mode)`` of the ``spark`` connection, by the Spark provider's rules."""
+        conn = self.get_connection(self.spark_conn_id)
+        if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+            master = conn.host
+        else:
+            master = f"{conn.conn_type}://{conn.host or ''}"
+        if conn.port:
+            master = f"{master}:{conn.port}"
+        return master, str((conn.extra_dejson or {}).get("deploy-mode") or "client")
+
+    def connect_url(self) -> str:
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        return SparkConnectHook(conn_id=self.spark_connect_conn_id).get_connection_url()
+
+
+    def _engine(self, executors: int) -> Engine:
+        if self.engine == "connect":
+            from ..engines.connect import ConnectEngine
+
+            return ConnectEngine(self.connect_url(), work_root=work_root(), spark_conf=self.spark_conf)
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        from ..engines.submit import SubmitEngine
+
+        master, deploy_mode = self.submit_connection()
+        conn_id = self.spark_conn_id
+        return SubmitEngine(
+            lambda **kw: SparkSubmitHook(conn_id=conn_id, **kw),
+            master=master,
+            deploy_mode=deploy_mode,
+            work_root=work_root(),
+            executors=executors,
+            executor_cores=self.executor_cores,
+            executor_memory=self.executor_memory,
+            driver_memory=self.driver_memory,
+            spark_conf=self.spark_conf,
+        )
+
+    # ----- running ----------------------------------------------------------------------------
+    def run(
+        self,
+        plan: BatchPlan,
+        executors: int,
+        kafka_properties: Mapping[str, Any],
+        *,
+        token: str | None = None,
+        heartbeat: Callable[[], Any] | None = None,
+        heartbeat_s: float = 30.0,
+    ) -> BatchMetrics:
+        """Run ``plan`` with ``executors`` executors and return its metrics once its output is
+        committed to the sink. Raises :class:`~airflow_kafka_backpressure.engines.BatchJobError`
+        (``BatchStopped`` for a timeout or a kill) with a message saying what happened.
+
+        ``token`` names the attempt (its staging directory in the sink; the ledger's lease token);
+        ``heartbeat`` is called every ``heartbeat_s`` while the batch runs (the lease renewal); if it
+        raises, the batch is stopped."""
+        import time
+
+        engine = self._engine(executors)
+        spec = JobSpec(
+            plan=plan,
+            kafka=dict(kafka_properties),
+            launched_at_ms=int(time.time() * 1000),
+            token=token or new_token(),
+            reader=self.reader,
+            transform=self.transform,
+            stall_timeout_s=self.stall_timeout_s,
+            min_partitions=executors * self.executor_cores,
+            options=dict(self.reader_options),
+        )
+        self._running = engine
+        try:
+            return supervise(engine, spec, timeout_s=self.timeout_s, heartbeat=heartbeat, heartbeat_s=heartbeat_s)
+        finally:
+            self._running = None
+
+    def on_kill(self, reason: str = "the Airflow task was killed") -> None:
+        """Stop the running batch's Spark work (from a signal handler or another thread)."""
+        engine = self._running
+        if engine is not None:
+            engine.stop(reason)

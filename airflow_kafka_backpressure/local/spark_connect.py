@@ -1,0 +1,147 @@
+"""Start and stop a local Spark Connect server from the installed pyspark (the connect engine's
+embedded default).
+
+pip's pyspark has no ``start-connect-server.sh``: the server is started as
+``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer spark-internal`` with
+its gRPC endpoint, driver and UI bound to 127.0.0.1. Its scratch directories live under
+``work_dir``. It runs in its own session (process group) and is stopped with it, by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..engines.environment import spark_conf_defaults, spark_submit_env
+from .broker import free_port
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+#: An operation whose client went away (a killed task) is interrupted after this long.
+DETACHED_TIMEOUT = "60s"
+
+
+class SparkConnectError(RuntimeError):
+    pass
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+class SparkConnectServer:
+    """A Spark Connect server on ``127.0.0.1:port`` running ``master``; a context manager.
+
+    >>> with SparkConnectServer(work_dir="/tmp/kbp-connect") as server:
+    ...     server.url  # 'sc://127.0.0.1:PORT'
+    """
+
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str],
+        *,
+        port: int | None = None,
+        master: str = "local[2]",
+        conf: Mapping[str, str] | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.master = master
+        self.work_dir = Path(work_dir).resolve()
+        self.conf = dict(conf or {})
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"sc://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def log_path(self) -> Path:
+        return self.work_dir / "spark-connect.log"
+
+    def command(self) -> list[str]:
+        conf = spark_conf_defaults(
+            self.work_dir,
+            {
+                "spark.connect.grpc.binding.address": self.host,
+                "spark.connect.grpc.binding.port": str(self.port),
+                "spark.connect.execute.manager.detachedTimeout": DETACHED_TIMEOUT,
+                **self.conf,
+            },
+            local_only=self.host in ("127.0.0.1", "localhost"),
+        )
+        cmd = ["spark-submit", "--master", self.master, "--class", SERVER_CLASS, "--name", "kbp-spark-connect"]
+        for key, value in sorted(conf.items()):
+            cmd += ["--conf", f"{key}={value}"]
+        return [*cmd, "spark-internal"]
+
+    def start(self, timeout_s: float = 120.0) -> SparkConnectServer:
+        if self.process is not None:
+            raise SparkConnectError(f"Spark Connect server {self.url} already started (pid {self.pid})")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update(spark_submit_env(self.work_dir, local_only=self.host in ("127.0.0.1", "localhost")))
+        spark_submit = shutil.which("spark-submit", path=env.get("PATH"))
+        if spark_submit is None:
+            raise SparkConnectError("spark-submit is not on PATH: install pyspark in this interpreter's environment")
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [spark_submit, *self.command()[1:]],
+                env=env,
+                cwd=self.work_dir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                self.process = None
+                raise SparkConnectError(
+                    f"the Spark Connect server exited with code {code} while starting; see {self.log_path}"
+                )
+            if _port_open(self.host, self.port):
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise SparkConnectError(f"the Spark Connect server did not open {self.url} within {timeout_s:g}s; see {self.log_path}")
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM the server's process group (the JVM and its Python workers), then SIGKILL."""
+        proc, self.process = self.process, None
+        if proc is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=timeout_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:  # anything left in the group (Python workers) goes too
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> SparkConnectServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

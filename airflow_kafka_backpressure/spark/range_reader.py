@@ -1,0 +1,124 @@
+"""Read one exact Kafka offset range ``[from, until)`` into Arrow batches — in Spark or in plain Python.
+
+:func:`read_range` is what each input partition of the :mod:`.kafka_range_source` Data Source
+runs; it needs no Spark (the bench and tests call it directly). Semantics, the same with both
+clients (:mod:`.range_clients`):
+
+* assign the partition, seek to ``from`` and read until the consumer's *position* reaches
+  ``until``. Records are not counted against the range size: on real Kafka, compaction and
+  transaction markers leave offset gaps, and the position moves past them;
+* records at or after ``until`` (and any before ``from``) are dropped;
+* when the position makes no progress for ``stall_timeout_s`` the read fails with
+  :class:`KafkaRangeReadError` naming the topic-partition, the offsets and what the broker says
+  about the partition (a broker like the embedded one returns nothing, rather than an error, for
+  offsets past the end); an unreachable broker surfaces the same way, with the client's last
+  error, and a refused login or TLS handshake fails at once;
+* batches hold at most ``max_records_per_batch`` rows, with :data:`KAFKA_ARROW_SCHEMA`;
+* ``on_complete(range, records, key_value_bytes)`` is called exactly once, after the last batch
+  was handed over and the consumer closed — never after a failure or when the caller stops
+  iterating early.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA, key_value_bytes
+from airflow_kafka_backpressure.spark.range_clients import (
+    CLIENTS,
+    DEFAULT_CLIENT,
+    Diagnosis,
+    KafkaRangeReadError,
+    open_fetcher,
+)
+
+__all__ = [
+    "CLIENTS",
+    "DEFAULT_CLIENT",
+    "DEFAULT_MAX_RECORDS_PER_BATCH",
+    "DEFAULT_POLL_TIMEOUT_MS",
+    "DEFAULT_STALL_TIMEOUT_S",
+    "KAFKA_ARROW_SCHEMA",
+    "KafkaRangeReadError",
+    "OnComplete",
+    "read_range",
+]
+
+DEFAULT_POLL_TIMEOUT_MS = 1000
+DEFAULT_STALL_TIMEOUT_S = 60.0
+DEFAULT_MAX_RECORDS_PER_BATCH = 10_000
+
+OnComplete = Callable[[OffsetRange, int, int], None]
+
+
+def _stalled(r: OffsetRange, client: str, position: int, stall_timeout_s: float, diagnosis: Diagnosis) -> KafkaRangeReadError:
+    text = (
+        f"reading {r} stalled ({client}): position {position} of {r.tp} made no progress for "
+        f"{stall_timeout_s:g}s ({position - r.from_offset} of {r.count} offsets done). The broker: {diagnosis.text}."
+    )
+    if not diagnosis.explained:
+        text += (
+            " Either the broker is unreachable or stopped answering (check bootstrap.servers, the network "
+            "and the connection's security settings), or the range ends past the partition's latest offset "
+            "(the plan must cap until_offset at it), or the broker is just slow (raise stall_timeout_s)."
+        )
+    return KafkaRangeReadError(text)
+
+
+def read_range(
+    offset_range: OffsetRange,
+    kafka_props: dict[str, Any],
+    *,
+    client: str = DEFAULT_CLIENT,
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+    max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH,
+    on_complete: OnComplete | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``[from, until)`` as Arrow batches (see the module's doc).
+
+    ``kafka_props`` are librdkafka-style connection properties; ``client`` is ``auto``,
+    ``confluent`` or ``kafka-python``.
+    """
+    if max_records_per_batch < 1:
+        raise ValueError(f"max_records_per_batch must be >= 1, got {max_records_per_batch}")
+    r = offset_range
+    if r.count <= 0:
+        if on_complete is not None:
+            on_complete(r, 0, 0)
+        return
+    poll_timeout_s = poll_timeout_ms / 1000
+    fetcher = open_fetcher(client, r, kafka_props, source=f"reading {r}")
+    records = nbytes = 0
+    try:
+        position = r.from_offset
+        last_progress = time.monotonic()
+        pending: list[Any] = []
+        while position < r.until_offset:
+            # Ask for no more than the offsets left: with no gaps that is exactly what remains, so
+            # a client that waits for a full chunk (confluent) does not wait past the range's end.
+            want = min(max_records_per_batch - len(pending), r.until_offset - position)
+            pending.extend(fetcher.fetch(want, poll_timeout_s))
+            now_position = fetcher.position()
+            now = time.monotonic()
+            if now_position is not None and now_position > position:
+                position = now_position
+                last_progress = now
+            elif now - last_progress > stall_timeout_s:
+                raise _stalled(r, fetcher.client, position, stall_timeout_s, fetcher.diagnose(r))
+            if pending and (len(pending) >= max_records_per_batch or position >= r.until_offset):
+                batch = fetcher.to_batch(pending, r)
+                pending = []
+                if batch.num_rows:
+                    records += batch.num_rows
+                    nbytes += key_value_bytes(batch)
+                    yield batch
+    finally:
+        fetcher.close()
+    if on_complete is not None:
+        on_complete(r, records, nbytes)

@@ -1,0 +1,100 @@
+"""Offset ranges → Spark input partitions, with the semantics of Spark's Kafka source.
+
+Spark's Kafka source (``KafkaOffsetRangeCalculator``) reads one Kafka partition per Spark task
+unless told otherwise:
+
+* ``maxRecordsPerPartition`` — no input partition covers more offsets than this: a range of
+  ``size`` offsets becomes ``ceil(size / max)`` equal pieces;
+* ``minPartitions`` — when there are fewer input partitions than this, the large ones are split
+  proportionally to their size: a range gets ``max(round(size / total * minPartitions), 1)``
+  pieces (Scala's ``math.round``: halves up); ranges that get a single piece are set aside and the
+  rest share ``minPartitions - <ranges set aside>`` pieces.
+
+Both may be set: ``maxRecordsPerPartition`` applies first, then ``minPartitions`` on the result.
+Empty ranges are dropped. A range of ``n`` offsets is cut into ``k`` contiguous pieces whose
+sizes differ by at most one (the last pieces take the remainder), so every offset is read exactly
+once and, with ``maxRecordsPerPartition`` set, no piece is larger than it.
+
+One deviation: Spark's proportional rounding can end *below* ``minPartitions`` (three equal
+ranges and ``minPartitions=4`` stay three). Here the largest pieces are then halved until there
+are ``minPartitions`` pieces or every piece is a single offset, so ``minPartitions`` is a real
+minimum. Whenever Spark's result already meets it, the result is Spark's.
+
+Pure Python: no Spark, Kafka or Airflow imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from airflow_kafka_backpressure.control.scala import scala_round
+from airflow_kafka_backpressure.models import OffsetRange
+
+
+def split_evenly(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    """``r`` cut into ``min(parts, r.count)`` contiguous non-empty pieces, sizes within one."""
+    parts = max(1, min(parts, r.count))
+    pieces = []
+    start = r.from_offset
+    remaining = r.count
+    for i in range(parts):
+        size = remaining // (parts - i)
+        remaining -= size
+        pieces.append(OffsetRange(r.topic, r.partition, start, start + size))
+        start += size
+    return pieces
+
+
+def _check(name: str, value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+    return value
+
+
+def _proportional(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetRange]:
+    """Spark's ``minPartitions`` split of ``ranges`` (all non-empty, fewer than ``min_partitions``)."""
+    total = sum(r.count for r in ranges)
+
+    def parts_of(size: int, of_total: int, minimum: int) -> int:
+        return max(scala_round(size / of_total * minimum), 1)
+
+    unsplit = [parts_of(r.count, total, min_partitions) == 1 for r in ranges]
+    split_total = total - sum(r.count for r, u in zip(ranges, unsplit) if u)
+    split_min = max(min_partitions - sum(unsplit), 1)
+    out: list[OffsetRange] = []
+    for r, u in zip(ranges, unsplit):
+        out.extend([r] if u else split_evenly(r, parts_of(r.count, split_total, split_min)))
+    return out
+
+
+def _halve_largest(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetRange]:
+    """Halve the largest piece (the first of equals) until there are ``min_partitions`` pieces or
+    every piece is a single offset; pieces keep their place in the order."""
+    out = list(ranges)
+    while len(out) < min_partitions:
+        i = max(range(len(out)), key=lambda k: out[k].count)
+        if out[i].count < 2:
+            break
+        out[i : i + 1] = split_evenly(out[i], 2)
+    return out
+
+
+def split_ranges(
+    ranges: Iterable[OffsetRange],
+    *,
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+) -> list[OffsetRange]:
+    """The input partitions for ``ranges`` (see the module's doc); empty ranges are dropped."""
+    min_partitions = _check("min_partitions", min_partitions)
+    max_records = _check("max_records_per_partition", max_records_per_partition)
+    out: list[OffsetRange] = [r for r in ranges if r.count > 0]
+    if max_records is not None:
+        out = [piece for r in out for piece in split_evenly(r, -(-r.count // max_records))]
+    if out and min_partitions is not None and len(out) < min_partitions:
+        out = _proportional(out, min_partitions)
+        if len(out) < min_partitions:
+            out = _halve_largest(out, min_partitions)
+    return out

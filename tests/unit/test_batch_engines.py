@@ -1,0 +1,190 @@
+"""Pure parts of the batch engines and the sink: executor settings, secret settings, the sealed
+hand-off, exit descriptions, the read tally, the supervision of a run (timeouts, stops)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from airflow_kafka_backpressure import handoff
+from airflow_kafka_backpressure.engines import BatchJobError, BatchStopped, Engine, supervise
+from airflow_kafka_backpressure.engines.submit import (
+    executor_conf,
+    exit_description,
+    is_loopback_master,
+    split_secret_conf,
+    write_properties_file,
+)
+from airflow_kafka_backpressure.models import BatchMetrics, BatchPlan, JobSpec, OffsetRange, TopicPartition
+from airflow_kafka_backpressure.spark.sink import check_replaceable, tally_reads
+from airflow_kafka_backpressure.storage import StorageError, location
+
+
+def test_executor_conf_per_cluster_manager():
+    assert executor_conf("spark://h:7077", 3, 2) == {
+        "spark.executor.cores": "2", "spark.cores.max": "6", "spark.scheduler.minRegisteredResourcesRatio": "1.0"}
+    assert executor_conf("yarn", 3, 2) == {"spark.executor.instances": "3", "spark.executor.cores": "2"}
+    assert executor_conf("k8s://https://api:6443", 4, 1)["spark.executor.instances"] == "4"
+    assert executor_conf("local[2]", 3, 1) == {}
+
+
+def test_loopback_masters_bind_spark_to_loopback():
+    assert is_loopback_master("local[2]")
+    assert is_loopback_master("spark://127.0.0.1:7077")
+    assert is_loopback_master("spark://localhost:7077,127.0.0.1:7078")
+    assert not is_loopback_master("spark://10.0.0.5:7077")
+    assert not is_loopback_master("yarn")
+
+
+def test_secret_spark_settings_go_to_a_private_properties_file(tmp_path):
+    conf = {
+        "spark.hadoop.fs.s3a.secret.key": "S3CR3T",
+        "spark.hadoop.fs.s3a.access.key": "AKIA",
+        "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net": "AZ",
+        "spark.kubernetes.authenticate.oauthToken": "tok",
+        "spark.sql.shuffle.partitions": "8",
+    }
+    plain, secret = split_secret_conf(conf)
+    assert plain == {"spark.sql.shuffle.partitions": "8"}
+    assert set(secret) == set(conf) - set(plain)
+    path = tmp_path / "s.properties"
+    write_properties_file(path, {"a.secret": "x=y:z\\n"})
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert path.read_text() == "a.secret=x\\=y\\:z\\\\n\n"
+
+
+def test_exit_descriptions_never_repeat_the_command_line():
+    err = RuntimeError("Cannot execute: spark-submit --conf spark.x=SECRET app.py. Error code is: -9.")
+    assert exit_description(err) == "spark-submit was killed by SIGKILL"
+    assert exit_description(RuntimeError("... Error code is: 1.")) == "spark-submit exited with code 1"
+    assert "SECRET" not in exit_description(RuntimeError("spark-submit --conf spark.x=SECRET"))
+    assert exit_description(None) == "spark-submit exited normally"
+
+
+def _spec(tmp_path, kafka=None) -> JobSpec:
+    plan = BatchPlan("p", 3, "r", (OffsetRange("t", 0, 0, 10),), str(tmp_path / "sink"), 1000, 0)
+    return JobSpec(plan=plan, kafka=kafka or {"bootstrap.servers": "h:1", "sasl.password": "pw-123"}, launched_at_ms=5)
+
+
+def test_the_handoff_seals_kafka_properties_and_the_driver_takes_the_spec(tmp_path):
+    spec = _spec(tmp_path)
+    job = handoff.job_dir(spec.plan.sink, "a1")
+    uri, key = handoff.write_spec(job, spec)
+    text = (tmp_path / "sink" / "_kbp" / "jobs" / "a1" / "spec.json").read_text()
+    assert "pw-123" not in text and "h:1" not in text
+    with pytest.raises(handoff.HandoffError, match=handoff.SPEC_KEY_ENV):
+        handoff.take_spec(uri, None)
+    uri, key = handoff.write_spec(job, spec)
+    _, other = handoff.seal({"x": 1})
+    with pytest.raises(handoff.HandoffError):
+        handoff.take_spec(uri, other)
+    uri, key = handoff.write_spec(job, spec)
+    assert handoff.take_spec(uri, key) == spec
+    assert not location(uri).exists()  # taken: gone from the shared filesystem
+    assert handoff.read_result(job) is None
+    m = BatchMetrics(3, 10, 100, 5, 6, 7, 1)
+    handoff.write_metrics(job, m)
+    assert handoff.read_result(job) == m
+    job.delete()
+    handoff.write_error(job, "boom")
+    assert handoff.read_result(job) == "boom"
+
+
+def test_storage_refuses_relative_locations():
+    with pytest.raises(StorageError, match="not an absolute path"):
+        location("relative/sink")
+
+
+def test_read_tally_counts_ranges_tiled_by_completed_reads():
+    a0, a1 = OffsetRange("a", 0, 0, 10), OffsetRange("a", 1, 5, 9)
+    empty = OffsetRange("a", 2, 4, 4)
+    done = [(OffsetRange("a", 0, 0, 4), 4, 40), (OffsetRange("a", 0, 4, 10), 5, 50)]  # a gap from compaction
+    counts, nbytes, unread = tally_reads([a0, a1, empty], done)
+    assert counts == {TopicPartition("a", 0): 9, TopicPartition("a", 2): 0}
+    assert nbytes == 90 and unread == [a1]
+    # a hole, or a piece past the range, is not a complete read
+    _, _, unread = tally_reads([a0], [(OffsetRange("a", 0, 0, 4), 4, 1), (OffsetRange("a", 0, 5, 10), 5, 1)])
+    assert unread == [a0]
+    # a task attempt that re-read a piece does not double it
+    counts, _, _ = tally_reads([a0], done + done)
+    assert counts[TopicPartition("a", 0)] == 9
+
+
+def test_a_committed_batch_is_replaced_only_by_the_same_pipeline_and_ranges():
+    r = [OffsetRange("t", 0, 0, 5)]
+    existing = {"pipeline": "p", "ranges": [x.to_dict() for x in r]}
+    check_replaceable(existing, {"pipeline": "p"}, r, "/s/batch_id=1")
+    check_replaceable(None, {"pipeline": "q"}, r, "/s/batch_id=1")
+    with pytest.raises(RuntimeError, match="Refusing to overwrite"):
+        check_replaceable(existing, {"pipeline": "q"}, r, "/s/batch_id=1")
+    with pytest.raises(RuntimeError, match="Refusing to overwrite"):
+        check_replaceable(existing, {"pipeline": "p"}, [OffsetRange("t", 0, 5, 9)], "/s/batch_id=1")
+
+
+class _Sleeper(Engine):
+    """Waits until stopped (or ``finish`` is set); records how it was stopped."""
+
+    name = "test"
+
+    def __init__(self, result=None):
+        super().__init__()
+        self.finish = threading.Event()
+        self.result = result
+
+    def run(self, spec):
+        self.finish.wait(30)
+        if self.stop_reason is not None:
+            raise RuntimeError("the Spark work died because it was stopped")
+        return self.result
+
+    def _stop(self):
+        self.finish.set()
+
+
+def test_supervise_returns_the_result_of_a_run(tmp_path):
+    spec = _spec(tmp_path)
+    engine = _Sleeper(BatchMetrics(3, 1, 1, 1, 1, 1, 1))
+    threading.Timer(0.2, engine.finish.set).start()
+    assert supervise(engine, spec, timeout_s=20, poll_s=0.05) == engine.result
+
+
+def test_supervise_stops_a_run_over_its_timeout_with_a_clear_error(tmp_path):
+    spec = _spec(tmp_path)
+    engine = _Sleeper()
+    with pytest.raises(BatchStopped, match="timed out after 0.3 s"):
+        supervise(engine, spec, timeout_s=0.3, poll_s=0.05)
+
+
+def test_a_stop_from_another_thread_ends_the_run_as_stopped(tmp_path):
+    spec = _spec(tmp_path)
+    engine = _Sleeper()
+    threading.Timer(0.2, engine.stop, args=("the Airflow task was killed",)).start()
+    with pytest.raises(BatchStopped, match="the Airflow task was killed") as err:
+        supervise(engine, spec, timeout_s=20, poll_s=0.05)
+    assert isinstance(err.value, BatchJobError) and err.value.batch_id == 3
+
+
+def test_supervise_stops_the_run_when_the_task_loses_its_supervisor(tmp_path):
+    spec = _spec(tmp_path)
+    engine = _Sleeper()
+    with pytest.raises(BatchStopped, match="supervisor .* is gone"):
+        supervise(engine, spec, timeout_s=20, poll_s=0.05, parent_pid=-1)  # "the parent changed"
+
+
+def test_an_interrupted_wait_stops_the_run_and_reraises(tmp_path):
+    spec = _spec(tmp_path)
+    engine = _Sleeper()
+
+    class Interrupt(Exception):
+        pass
+
+    def interrupt():
+        raise Interrupt()
+
+    started = time.monotonic()
+    with pytest.raises(Interrupt):
+        supervise(engine, spec, timeout_s=20, poll_s=0.05, on_start=interrupt)
+    assert engine.stop_reason and "interrupted" in engine.stop_reason
+    assert time.monotonic() - started < 20
