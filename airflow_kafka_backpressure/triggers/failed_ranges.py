@@ -1,70 +1,65 @@
-"""FailedRangesTrigger: wait, without a worker slot, until a pipeline has batches to replay."""
+"""FailedRangesTrigger: wait, without a worker slot, until a pipeline has batches to replay.
+
+It stores the ledger's *connection id* (None: the default SQLite ledger), never its URL: trigger
+arguments are kept in Airflow's trigger table and shown in logs, and a URL carries the password.
+The triggerer resolves the connection when it checks.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from .polling import PollingTrigger
 
 
-def replayable_batch_ids(ledger_url: str, pipeline: str, stale_before_ms: int | None) -> list[int]:
-    from ..hooks.ledger import ledger_for_url
+def replayable_batch_ids(ledger_conn_id: str | None, pipeline: str, stale_before_ms: int | None) -> list[int]:
+    from ..hooks.ledger import LedgerHook
 
-    return [b.batch_id for b in ledger_for_url(ledger_url).replayable_batches(pipeline, stale_before_ms)]
+    return [b.batch_id for b in LedgerHook(ledger_conn_id).get_conn().replayable_batches(pipeline, stale_before_ms)]
 
 
-class FailedRangesTrigger(BaseTrigger):
-    """Polls the ledger; fires ``found`` with the batch ids, ``timeout`` at ``deadline_ms`` (epoch ms),
-    or ``error``. The trigger keeps its own deadline, so the wait ends even where no scheduler
-    enforces the deferral timeout (``dag.test()`` runs triggers inline)."""
+class FailedRangesTrigger(PollingTrigger):
+    """Polls the ledger; fires ``found`` with ``batch_ids``, ``timeout`` at ``deadline_ms``, or ``error``.
+
+    ``ledger_url`` is read only so that deferrals stored by version 0.1.0 (which kept the URL) resume
+    after an upgrade; new triggers never store it.
+    """
 
     def __init__(
         self,
-        ledger_url: str,
-        pipeline: str,
-        stale_before_ms: int | None,
+        ledger_conn_id: str | None = None,
+        pipeline: str = "",
+        stale_before_ms: int | None = None,
         poll_interval_s: float = 30.0,
         deadline_ms: int | None = None,
+        *,
+        ledger_url: str | None = None,
     ):
-        super().__init__()
-        self.ledger_url = ledger_url
+        super().__init__(poll_interval_s, deadline_ms)
+        if not pipeline:
+            raise ValueError("FailedRangesTrigger needs the pipeline's name")
+        self.ledger_conn_id = ledger_conn_id
         self.pipeline = pipeline
         self.stale_before_ms = stale_before_ms
-        self.poll_interval_s = poll_interval_s
-        self.deadline_ms = deadline_ms
+        self._legacy_url = ledger_url
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            "airflow_kafka_backpressure.triggers.failed_ranges.FailedRangesTrigger",
-            {
-                "ledger_url": self.ledger_url,
-                "pipeline": self.pipeline,
-                "stale_before_ms": self.stale_before_ms,
-                "poll_interval_s": self.poll_interval_s,
-                "deadline_ms": self.deadline_ms,
-            },
-        )
+        kwargs: dict[str, Any] = {
+            "ledger_conn_id": self.ledger_conn_id,
+            "pipeline": self.pipeline,
+            "stale_before_ms": self.stale_before_ms,
+            "poll_interval_s": self.poll_interval_s,
+            "deadline_ms": self.deadline_ms,
+        }
+        if self._legacy_url is not None:  # a 0.1.0 deferral being resumed: it has nothing else
+            kwargs["ledger_url"] = self._legacy_url
+        return "airflow_kafka_backpressure.triggers.failed_ranges.FailedRangesTrigger", kwargs
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        while True:
-            try:
-                ids = await asyncio.to_thread(
-                    replayable_batch_ids, self.ledger_url, self.pipeline, self.stale_before_ms
-                )
-            except Exception as e:  # report, do not spin: the sensor fails with the message
-                yield TriggerEvent({"status": "error", "message": f"{type(e).__name__}: {e}"})
-                return
-            if ids:
-                yield TriggerEvent({"status": "found", "batch_ids": ids})
-                return
-            now_ms = time.time() * 1000
-            if self.deadline_ms is not None and now_ms >= self.deadline_ms:
-                yield TriggerEvent({"status": "timeout"})
-                return
-            wait_s = self.poll_interval_s
-            if self.deadline_ms is not None:
-                wait_s = min(wait_s, max((self.deadline_ms - now_ms) / 1000, 0.0))
-            await asyncio.sleep(wait_s)
+    def check(self) -> dict[str, Any] | None:
+        if self._legacy_url is not None:
+            from ..hooks.ledger import ledger_for_url
+
+            ids = [b.batch_id for b in ledger_for_url(self._legacy_url).replayable_batches(self.pipeline, self.stale_before_ms)]
+        else:
+            ids = replayable_batch_ids(self.ledger_conn_id, self.pipeline, self.stale_before_ms)
+        return {"batch_ids": ids} if ids else None

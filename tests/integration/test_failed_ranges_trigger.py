@@ -1,16 +1,19 @@
-"""The deferrable wait for failed batches: the real trigger loop over a real SQLite ledger."""
+"""The deferrable wait for failed batches: the real trigger loop over a real SQLite ledger, named by
+an Airflow connection id (the trigger table never holds the ledger's URL or password)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+import time
 
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.triggers.failed_ranges import FailedRangesTrigger
 
 
-def first_event(trigger: FailedRangesTrigger, timeout_s: float = 60):
+def first_event(trigger, timeout_s: float = 60):
     """Run the trigger's real async loop until its first event."""
 
     async def run():
@@ -28,7 +31,12 @@ def _plan(ledger: Ledger, run: str, start: int) -> int:
     return plan.batch_id
 
 
-def test_trigger_fires_when_a_batch_fails_and_round_trips_through_serialize(tmp_path):
+def _ledger_connection(monkeypatch, conn_id: str, url: str) -> str:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": url}}))
+    return conn_id
+
+
+def test_trigger_fires_when_a_batch_fails_and_round_trips_through_serialize(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     ledger = Ledger(url)
     ledger.create_all()
@@ -37,8 +45,9 @@ def test_trigger_fires_when_a_batch_fails_and_round_trips_through_serialize(tmp_
     ledger.mark_succeeded(first, 10, 5)
     second = _plan(ledger, "r2", 10)
     ledger.mark_running(second)
+    conn_id = _ledger_connection(monkeypatch, "kbp_trigger_ledger", url)
 
-    trigger = FailedRangesTrigger(url, "p", stale_before_ms=None, poll_interval_s=0.05)
+    trigger = FailedRangesTrigger(conn_id, "p", stale_before_ms=None, poll_interval_s=0.05)
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_kafka_backpressure.triggers.failed_ranges.FailedRangesTrigger"
     revived = FailedRangesTrigger(**kwargs)
@@ -49,18 +58,44 @@ def test_trigger_fires_when_a_batch_fails_and_round_trips_through_serialize(tmp_
     assert first_event(revived).payload == {"status": "found", "batch_ids": [second]}
 
 
-def test_trigger_reports_an_unreachable_ledger_instead_of_spinning(tmp_path):
-    trigger = FailedRangesTrigger("postgresql+psycopg2://nobody:x@127.0.0.1:1/none", "p", None, 0.05)
+def test_serialized_trigger_holds_the_connection_id_not_the_url_or_password(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KBP_SECRET_LEDGER", json.dumps({
+        "conn_type": "kbp_ledger", "host": "db.internal", "login": "kbp", "password": "hunter2-s3cret", "schema": "ledger"}))
+    _, kwargs = FailedRangesTrigger("kbp_secret_ledger", "p", None, 5.0).serialize()
+    text = json.dumps(kwargs)
+    assert kwargs["ledger_conn_id"] == "kbp_secret_ledger"
+    assert "hunter2-s3cret" not in text and "db.internal" not in text and "://" not in text
+    # the default SQLite ledger is None, resolved in the triggerer too
+    assert FailedRangesTrigger(None, "p", None, 5.0).serialize()[1]["ledger_conn_id"] is None
 
-    event = first_event(trigger)
-    assert event.payload["status"] == "error" and "OperationalError" in event.payload["message"]
+
+def test_a_deferral_stored_by_the_previous_version_still_resumes(tmp_path):
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = Ledger(url)
+    ledger.create_all()
+    batch = _plan(ledger, "r1", 0)
+    ledger.mark_running(batch)
+    ledger.mark_failed(batch, "boom")
+    old_kwargs = {"ledger_url": url, "pipeline": "p", "stale_before_ms": None, "poll_interval_s": 0.05, "deadline_ms": None}
+    assert first_event(FailedRangesTrigger(**old_kwargs)).payload == {"status": "found", "batch_ids": [batch]}
 
 
-def test_trigger_times_out_by_itself_at_its_deadline(tmp_path):
-    import time
+def test_trigger_reports_an_unreachable_ledger_instead_of_spinning(monkeypatch):
+    conn_id = _ledger_connection(monkeypatch, "kbp_dead_ledger", "postgresql+psycopg2://nobody:x@127.0.0.1:1/none")
+    event = first_event(FailedRangesTrigger(conn_id, "p", None, 0.05))
+    assert event.payload["status"] == "error" and "LedgerUnavailable" in event.payload["message"]
+    assert "nobody:x@" not in event.payload["message"]  # the ledger names itself without its password
 
+
+def test_trigger_reports_a_missing_connection_by_its_id():
+    event = first_event(FailedRangesTrigger("kbp_no_such_conn", "p", None, 0.05))
+    assert event.payload["status"] == "error" and "kbp_no_such_conn" in event.payload["message"]
+
+
+def test_trigger_times_out_by_itself_at_its_deadline(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     Ledger(url).create_all()
-    trigger = FailedRangesTrigger(url, "p", None, poll_interval_s=10, deadline_ms=int(time.time() * 1000) + 300)
+    conn_id = _ledger_connection(monkeypatch, "kbp_idle_ledger", url)
+    trigger = FailedRangesTrigger(conn_id, "p", None, poll_interval_s=10, deadline_ms=int(time.time() * 1000) + 300)
 
     assert first_event(trigger).payload == {"status": "timeout"}

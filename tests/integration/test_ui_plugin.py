@@ -79,6 +79,8 @@ def airflow_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     # *.egg-info: importlib.metadata would then list the package twice (two "distributions" with the
     # same entry point) and Airflow would log "already registered" for the second copy.
     mp.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != REPO])
+    # PINNED INTERNAL (test only): Airflow caches entry points per process and has no public way to
+    # re-read them after sys.path changed.
     from airflow._shared.module_loading import _get_grouped_entry_points
 
     _get_grouped_entry_points.cache_clear()
@@ -272,7 +274,7 @@ def test_page_renders_with_the_ui_cookie_and_escapes_ledger_text(airflow_app: di
     page = resp.text
     for plot in ("plot-rate", "plot-records", "plot-ratio", "plot-delay", "plot-executors", "plot-lag"):
         assert f'<svg id="{plot}"' in page
-    for table in ("kbp-batches", "kbp-replayable", "kbp-vars"):
+    for table in ("kbp-batches", "kbp-replayable", "kbp-vars", "kbp-lag"):
         assert f'id="{table}"' in page
     # No external resource: everything inline.
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
@@ -326,3 +328,64 @@ def test_pipeline_data_needs_read_access_to_its_ingest_dag_runs(
     boot = _boot(page.text)
     assert boot["selected"] == OTHER and [p["name"] for p in boot["pipelines"]] == [OTHER]
     assert "may not read it" in boot["error"]
+
+
+# ---- lag and retention risk, read from the real embedded broker (kept last: it adds a pipeline) --------
+
+
+def _pipelines_file(tmp_path: Path, name: str, topic: str, conn_id: str) -> Path:
+    path = tmp_path / "pipelines.json"
+    path.write_text(json.dumps({"pipelines": [
+        {"name": name, "topics": [topic], "sink": str(tmp_path / "sink"), "kafka_conn_id": conn_id}
+    ]}))
+    return path
+
+
+def test_lag_endpoint_shows_each_partitions_lag_and_retention_risk_from_the_broker(
+    airflow_app: dict[str, Any], kafka_broker, topic_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_kafka_backpressure.hooks.kafka_offsets import KafkaOffsetsHook
+    from airflow_kafka_backpressure.local.producer import ensure_topic, produce
+    from airflow_kafka_backpressure.models import TopicPartition
+
+    name = "ui-lag"
+    monkeypatch.setenv("AIRFLOW_CONN_KBP_UI_KAFKA", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}))
+    monkeypatch.setenv("KBP_PIPELINES_FILE", str(_pipelines_file(tmp_path, name, topic_name, "kbp_ui_kafka")))
+    ensure_topic(kafka_broker.bootstrap, topic_name, 2)
+    before_ms = int(time.time() * 1000)
+    produce(kafka_broker.bootstrap, topic_name, count=20, partitions=2)  # 10 records per partition
+    after_ms = int(time.time() * 1000)
+    tp0, tp1 = TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)
+    with KafkaOffsetsHook("kbp_ui_kafka").get_conn() as kafka:
+        kafka.commit_offsets(f"kbp-{name}", {tp0: 4, tp1: 10})  # partition 1 fully written
+    led = Ledger(airflow_app["ledger_url"])
+    led.record_plan(name, "run-1", [OffsetRange(topic_name, 0, 0, 6), OffsetRange(topic_name, 1, 0, 10)], "/sink/x", 1000, 0)
+
+    resp = _get(airflow_app, PREFIX + f"/pipelines/{name}/lag", params={"retention_margin_records": 4})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["group"] == f"kbp-{name}" and body["kafka_conn_id"] == "kbp_ui_kafka" and body["total_lag"] == 6
+    p0, p1 = body["partitions"]
+    assert (p0["earliest"], p0["position"], p0["head"], p0["latest"], p0["lag"], p0["in_flight"]) == (0, 4, 6, 10, 6, 2)
+    assert p0["position_source"] == "committed" and p0["retention_margin"] == 4 and p0["at_risk"] is True
+    assert before_ms <= p0["oldest_unwritten_ts_ms"] <= after_ms and p0["seconds_behind"] >= 0
+    assert (p1["position"], p1["lag"], p1["seconds_behind"], p1["at_risk"]) == (10, 0, 0.0, False)
+    assert body["at_risk"] == [f"{topic_name}-0"]
+    # With a smaller margin the same offsets are not at risk.
+    relaxed = _get(airflow_app, PREFIX + f"/pipelines/{name}/lag", params={"retention_margin_records": 3}).json()
+    assert relaxed["at_risk"] == [] and relaxed["partitions"][0]["at_risk"] is False
+    assert _get(airflow_app, PREFIX + f"/pipelines/{name}/lag", user=None).status_code == 401
+
+
+def test_lag_endpoint_says_which_connection_does_not_answer(
+    airflow_app: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_kafka_backpressure.local.broker import free_port
+
+    dead = f"127.0.0.1:{free_port()}"
+    monkeypatch.setenv("AIRFLOW_CONN_KBP_UI_DEAD", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": dead, "sasl.password": "s3cret"}}))
+    monkeypatch.setenv("KBP_PIPELINES_FILE", str(_pipelines_file(tmp_path, P, TOPIC, "kbp_ui_dead")))
+    resp = _get(airflow_app, PREFIX + f"/pipelines/{P}/lag")
+    assert resp.status_code == 503
+    detail = resp.json()["detail"]
+    assert "kbp_ui_dead" in detail and dead in detail and "s3cret" not in detail
