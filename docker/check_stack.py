@@ -1,0 +1,326 @@
+"""Checks of the running compose stack, from outside it (run by docker/test.sh on the host).
+
+    python docker/check_stack.py wait-batches   --min 2 [--timeout 900]
+    python docker/check_stack.py unthrottle
+    python - end-offsets --kafka kafka:9092 < docker/check_stack.py      (inside the stack: prints JSON)
+    python docker/check_stack.py wait-caught-up --end-offsets JSON [--min-batches 3] [--timeout 600]
+    python docker/check_stack.py verify --sink DIR --producer-log FILE --workers NAME [NAME ...]
+
+It reads the ledger with plain SQL (PostgreSQL), the broker's end offsets with kafka-python, the
+sink's Parquet files with pyarrow, Airflow's REST API and the monitoring page's API with requests,
+the Spark master's JSON, and the worker containers' work directories with ``docker exec``: nothing
+of the provider's own code, so a bug there cannot hide itself. The broker advertises its service
+name, which only resolves inside the stack: ``end-offsets`` runs in a container of the stack (it
+needs nothing but kafka-python), and its output is handed to ``wait-caught-up``.
+
+Endpoints (defaults: this machine's hostnet.env): --postgres, --kafka, --airflow, --spark-ui.
+Exit status 0 when the check holds; otherwise 1 with a message saying what was wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+
+PIPELINE = "demo"
+TOPIC = "demo-events"
+DONE = ("succeeded", "replayed")
+PRODUCED = re.compile(r"produced (\d+) records to (\S+) \(ids (\d+)\.\.(-?\d+)\)")
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"check: {msg}", flush=True)
+
+
+def batches(args: argparse.Namespace) -> list[dict]:
+    import psycopg2
+
+    conn = psycopg2.connect(args.postgres, connect_timeout=10)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT batch_id, status, records, executors, processing_ms, error FROM kbp_batches "
+                "WHERE pipeline = %s ORDER BY batch_id",
+                (PIPELINE,),
+            )
+            cols = [c[0] for c in cur.description]
+            return [dict(zip(cols, row)) for row in cur.fetchall()]
+    except psycopg2.errors.UndefinedTable:
+        return []  # no batch planned yet: the ledger creates its tables on first use
+    finally:
+        conn.close()
+
+
+def range_heads(args: argparse.Namespace) -> dict[int, int]:
+    import psycopg2
+
+    conn = psycopg2.connect(args.postgres, connect_timeout=10)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT r.partition, max(r.until_offset) FROM kbp_ranges r JOIN kbp_batches b "
+                "ON b.batch_id = r.batch_id WHERE r.pipeline = %s AND r.topic = %s AND b.status IN %s "
+                "GROUP BY r.partition",
+                (PIPELINE, TOPIC, DONE),
+            )
+            return {int(p): int(u) for p, u in cur.fetchall()}
+    finally:
+        conn.close()
+
+
+def show(rows: list[dict]) -> str:
+    return ", ".join(f"#{b['batch_id']} {b['status']} {b['records']} rec {b['executors']} exec" for b in rows)
+
+
+def fail_on_failed(rows: list[dict]) -> None:
+    failed = [b for b in rows if b["status"] == "failed"]
+    if failed:
+        raise CheckFailed(f"batch {failed[0]['batch_id']} failed: {failed[0]['error']}")
+
+
+def wait_batches(args: argparse.Namespace) -> None:
+    """At least --min succeeded batches with records, on more than one executor count."""
+    deadline = time.monotonic() + args.timeout
+    last = None
+    while True:
+        rows = batches(args)
+        if show(rows) != last:
+            last = show(rows)
+            log(f"batches: {last or 'none yet'}")
+        fail_on_failed(rows)
+        done = [b for b in rows if b["status"] in DONE and b["records"]]
+        if len(done) >= args.min and len({b["executors"] for b in done}) > 1:
+            log(f"{len(done)} batches with records succeeded, executors {[b['executors'] for b in done]}")
+            return
+        if time.monotonic() > deadline:
+            raise CheckFailed(
+                f"after {args.timeout:.0f} s: {len(done)} of {args.min} batches with records succeeded, "
+                f"executors seen {sorted({b['executors'] for b in done})} (need a change)"
+            )
+        time.sleep(5)
+
+
+def end_offsets(args: argparse.Namespace) -> None:
+    """Print the topic's end offsets as JSON {partition: offset}."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=args.kafka, client_id="kbp-docker-check")
+    try:
+        parts = consumer.partitions_for_topic(TOPIC) or set()
+        if not parts:
+            raise CheckFailed(f"topic {TOPIC} has no partitions on {args.kafka}")
+        ends = consumer.end_offsets([TopicPartition(TOPIC, p) for p in parts])
+        print(json.dumps({tp.partition: int(o) for tp, o in ends.items()}))
+    finally:
+        consumer.close()
+
+
+def wait_caught_up(args: argparse.Namespace) -> None:
+    """Every record in the topic is in a finished batch, no batch is in flight, and at least
+    --min-batches batches with records succeeded."""
+    ends = {int(p): int(o) for p, o in json.loads(args.end_offsets).items()}
+    log(f"end offsets of {TOPIC}: {dict(sorted(ends.items()))} ({sum(ends.values())} records)")
+    deadline = time.monotonic() + args.timeout
+    while True:
+        rows = batches(args)
+        fail_on_failed(rows)
+        heads = range_heads(args)
+        open_batches = [b["batch_id"] for b in rows if b["status"] not in DONE]
+        behind = {p: e - heads.get(p, 0) for p, e in ends.items() if heads.get(p, 0) < e}
+        with_records = [b for b in rows if b["status"] in DONE and b["records"]]
+        if not behind and not open_batches and len(with_records) >= args.min_batches:
+            log(f"caught up after {len(with_records)} batches with records: {show(rows)}")
+            return
+        if time.monotonic() > deadline:
+            raise CheckFailed(
+                f"not caught up after {args.timeout:.0f} s: behind {behind}, open batches {open_batches}, "
+                f"{len(with_records)} of {args.min_batches} batches with records"
+            )
+        time.sleep(5)
+
+
+def produced_ids(path: str) -> list[int]:
+    ids: list[int] = []
+    for n, topic, first, last in PRODUCED.findall(open(path).read()):
+        if topic == TOPIC:
+            if int(last) - int(first) + 1 != int(n):
+                raise CheckFailed(f"producer report is inconsistent: {n} records, ids {first}..{last}")
+            ids.extend(range(int(first), int(last) + 1))
+    if not ids:
+        raise CheckFailed(f"no 'produced N records' line in {path}: did the producer stop cleanly?")
+    return ids
+
+
+def read_sink(sink: str) -> tuple[list[int], list[tuple[int, int]], Counter]:
+    """ids, (partition, offset) pairs and records per batch of every Parquet file in the sink."""
+    import pyarrow.parquet as pq
+
+    ids: list[int] = []
+    positions: list[tuple[int, int]] = []
+    per_batch: Counter = Counter()
+    files = sorted(glob.glob(os.path.join(sink, "batch_id=*", "*.parquet")))
+    if not files:
+        raise CheckFailed(f"no Parquet file under {sink}/batch_id=*/")
+    for f in files:
+        t = pq.read_table(f, columns=["value", "partition", "offset"])
+        batch_id = int(os.path.basename(os.path.dirname(f)).split("=", 1)[1])
+        per_batch[batch_id] += t.num_rows
+        ids.extend(json.loads(v)["id"] for v in t.column("value").to_pylist())
+        positions.extend(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist()))
+    return ids, positions, per_batch
+
+
+def check_exactly_once(args: argparse.Namespace, rows: list[dict]) -> None:
+    sent = produced_ids(args.producer_log)
+    ids, positions, per_batch = read_sink(args.sink)
+    dup_ids = [i for i, c in Counter(ids).items() if c > 1]
+    dup_pos = [p for p, c in Counter(positions).items() if c > 1]
+    missing = sorted(set(sent) - set(ids))
+    extra = sorted(set(ids) - set(sent))
+    if dup_ids or dup_pos or missing or extra or len(ids) != len(sent):
+        raise CheckFailed(
+            f"sink vs producer: {len(ids)} records read, {len(sent)} sent; duplicated ids {dup_ids[:10]}, "
+            f"duplicated positions {dup_pos[:10]}, missing ids {missing[:10]} ({len(missing)}), "
+            f"unexpected ids {extra[:10]} ({len(extra)})"
+        )
+    ledger = {b["batch_id"]: b["records"] or 0 for b in rows if b["status"] in DONE}
+    wrong = {b: (per_batch.get(b, 0), n) for b, n in ledger.items() if per_batch.get(b, 0) != n}
+    if wrong:
+        raise CheckFailed(f"records per batch, sink vs ledger: {wrong}")
+    log(f"exactly once: all {len(sent)} produced records are in the sink once, in {len(per_batch)} batch directories")
+
+
+def airflow_session(args: argparse.Namespace):
+    """A requests session carrying the admin's bearer token (POST /auth/token)."""
+    import requests
+
+    s = requests.Session()
+    token = s.post(f"{args.airflow}/auth/token", json={"username": "admin", "password": args.password}, timeout=30)
+    if token.status_code not in (200, 201):
+        raise CheckFailed(f"POST /auth/token: HTTP {token.status_code}: {token.text[:200]}")
+    s.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+    return s
+
+
+def unthrottle(args: argparse.Namespace) -> None:
+    """Edit the settings Variable as a user would in the UI: backpressure off, so the next batches
+    read up to the latest offsets and the pipeline catches up whatever this machine's speed."""
+    s = airflow_session(args)
+    key = f"kbp.{PIPELINE}.settings"
+    settings = json.loads(airflow_get(args, s, f"/api/v2/variables/{key}").json()["value"])
+    settings["backpressure_enabled"] = False
+    r = s.patch(f"{args.airflow}/api/v2/variables/{key}", json={"key": key, "value": json.dumps(settings)}, timeout=30)
+    if r.status_code != 200:
+        raise CheckFailed(f"PATCH /api/v2/variables/{key}: HTTP {r.status_code}: {r.text[:300]}")
+    log(f"Variable {key}: backpressure_enabled = false")
+
+
+def airflow_get(args: argparse.Namespace, session, path: str):
+    r = session.get(args.airflow + path, timeout=30)
+    if r.status_code != 200:
+        raise CheckFailed(f"GET {path}: HTTP {r.status_code}: {r.text[:300]}")
+    return r
+
+
+def check_scaling(args: argparse.Namespace, rows: list[dict]) -> None:
+    import requests
+
+    done = [b for b in rows if b["status"] in DONE and b["records"]]
+    counts = [b["executors"] for b in done]
+    if len(set(counts)) < 2:
+        raise CheckFailed(f"executors per batch never changed: {counts}")
+
+    # the executor target Variable and the monitoring page's data (Airflow's REST API, with a token)
+    s = airflow_session(args)
+    target = json.loads(airflow_get(args, s, f"/api/v2/variables/kbp.{PIPELINE}.executor_target").json()["value"])
+    if target.get("previous") is None or target["previous"] == target["executors"]:
+        raise CheckFailed(f"the executor target never changed: {target}")
+    page = {b["batch_id"]: b["executors"] for b in airflow_get(args, s, f"/kafka-backpressure/pipelines/{PIPELINE}/batches").json()["batches"]}
+    differ = {b["batch_id"]: (b["executors"], page.get(b["batch_id"])) for b in done if page.get(b["batch_id"]) != b["executors"]}
+    if differ:
+        raise CheckFailed(f"monitoring page executors differ from the ledger (ledger, page): {differ}")
+    html = airflow_get(args, s, "/kafka-backpressure/").text
+    if "plot-executors" not in html:
+        raise CheckFailed("the monitoring page has no executors chart")
+    airflow_get(args, s, "/plugin/kafka-backpressure")  # the page's place in the Airflow UI
+    log(f"executor target {target['previous']} -> {target['executors']}; monitoring page executors per batch {[page[b['batch_id']] for b in done]}")
+
+    # the batches' executors on the worker containers: the master names each application's id
+    master = requests.get(f"{args.spark_ui}/json/", timeout=30).json()
+    app_ids = {a["name"]: a["id"] for a in master.get("completedapps", []) + master.get("activeapps", [])}
+    placed: dict[str, list[str]] = {}
+    for worker in args.workers:
+        out = subprocess.run(
+            ["docker", "exec", worker, "sh", "-c", "cd /opt/spark-work && ls -d app-*/* 2>/dev/null || true"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()
+        for path in out:
+            placed.setdefault(path.split("/")[0], []).append(worker)
+    for b in done:
+        app = app_ids.get(f"kbp-{PIPELINE}-batch-{b['batch_id']}")
+        if app is None:
+            raise CheckFailed(f"batch {b['batch_id']}: no Spark application on the master")
+        on = placed.get(app, [])
+        if len(on) != b["executors"]:
+            raise CheckFailed(f"batch {b['batch_id']} ({app}): ledger says {b['executors']} executors, workers ran {len(on)}: {on}")
+        if b["executors"] > 1 and len(set(on)) < 2:
+            raise CheckFailed(f"batch {b['batch_id']} ({app}): {b['executors']} executors all on {on[0]}")
+        log(f"batch {b['batch_id']} ({app}): {len(on)} executor(s) on {sorted(Counter(on).items())}")
+
+
+def verify(args: argparse.Namespace) -> None:
+    rows = batches(args)
+    fail_on_failed(rows)
+    check_exactly_once(args, rows)
+    check_scaling(args, rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--postgres", default="postgresql://airflow:airflow@127.0.0.1:27432/kbp")
+    p.add_argument("--kafka", default="127.0.0.1:27092")
+    p.add_argument("--airflow", default="http://127.0.0.1:27880")
+    p.add_argument("--spark-ui", default="http://127.0.0.1:27080")
+    p.add_argument("--password", default="admin", help="the Airflow admin's password")
+    sub = p.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("wait-batches")
+    w.add_argument("--min", type=int, default=3)
+    w.add_argument("--timeout", type=float, default=900)
+    sub.add_parser("unthrottle")
+    sub.add_parser("end-offsets")
+    c = sub.add_parser("wait-caught-up")
+    c.add_argument("--end-offsets", required=True, help="JSON {partition: end offset}, from end-offsets")
+    c.add_argument("--min-batches", type=int, default=3, help="batches with records needed in all")
+    c.add_argument("--timeout", type=float, default=600)
+    v = sub.add_parser("verify")
+    v.add_argument("--sink", required=True, help="the sink directory of the demo pipeline, as seen from here")
+    v.add_argument("--producer-log", required=True, help="the demo producer's output")
+    v.add_argument("--workers", nargs="+", required=True, help="the Spark worker containers")
+    args = p.parse_args(argv)
+    try:
+        {
+            "wait-batches": wait_batches,
+            "unthrottle": unthrottle,
+            "end-offsets": end_offsets,
+            "wait-caught-up": wait_caught_up,
+            "verify": verify,
+        }[args.command](args)
+    except CheckFailed as e:
+        print(f"check FAILED: {e}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# One-shot initialisation of the compose stack (service airflow-init). Idempotent: run again, it
+# keeps what exists — secrets, the admin password, connections and Variables edited in the UI.
+#
+#  1. secrets shared by the Airflow services (JWT secret, API secret key, Fernet key) and the admin
+#     password, in the airflow-secrets volume (the services read them through *_CMD settings);
+#  2. the ledger's database on the PostgreSQL server (created when missing);
+#  3. airflow db migrate;
+#  4. connections kafka_default, spark_default, spark_connect_default, kbp_ledger (added when missing);
+#  5. the demo pipeline's settings Variable (set when missing).
+#
+# Environment (set by compose.yaml): KBP_KAFKA_BOOTSTRAP, KBP_SPARK_MASTER_URL, KBP_SPARK_CONNECT_HOST,
+# KBP_SPARK_CONNECT_PORT, KBP_LEDGER_HOST, KBP_LEDGER_PORT, KBP_LEDGER_USER, KBP_LEDGER_PASSWORD,
+# KBP_LEDGER_DB, AIRFLOW_ADMIN_PASSWORD, KBP_DEMO_SETTINGS_KEY, KBP_DEMO_SETTINGS.
+set -euo pipefail
+log() { echo "airflow-init: $*" >&2; }
+need() { [[ -n "${!1:-}" ]] || { log "ERROR: environment variable $1 is not set (see docker/compose.yaml)"; exit 1; }; }
+for v in KBP_KAFKA_BOOTSTRAP KBP_SPARK_MASTER_URL KBP_SPARK_CONNECT_HOST KBP_SPARK_CONNECT_PORT KBP_LEDGER_HOST \
+         KBP_LEDGER_PORT KBP_LEDGER_USER KBP_LEDGER_PASSWORD KBP_LEDGER_DB AIRFLOW_ADMIN_PASSWORD; do
+    need "$v"
+done
+
+SECRETS=/opt/airflow/secrets
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+python - "$SECRETS" <<'PY'
+import base64, json, os, secrets, sys
+d = sys.argv[1]
+def keep_or_write(name, value):
+    path = os.path.join(d, name)
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value)
+keep_or_write("jwt_secret", secrets.token_urlsafe(64))
+keep_or_write("api_secret_key", secrets.token_urlsafe(32))
+keep_or_write("fernet_key", base64.urlsafe_b64encode(os.urandom(32)).decode())
+keep_or_write("passwords.json", json.dumps({"admin": os.environ["AIRFLOW_ADMIN_PASSWORD"]}))
+PY
+log "secrets ready in $SECRETS"
+
+python - <<'PY'
+import os, psycopg2
+from psycopg2 import sql
+e = os.environ
+db = e["KBP_LEDGER_DB"]
+conn = psycopg2.connect(host=e["KBP_LEDGER_HOST"], port=int(e["KBP_LEDGER_PORT"]), user=e["KBP_LEDGER_USER"],
+                        password=e["KBP_LEDGER_PASSWORD"], dbname="postgres", connect_timeout=10)
+conn.autocommit = True
+with conn.cursor() as cur:
+    cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,))
+    if cur.fetchone() is None:
+        cur.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+        print(f"airflow-init: created the ledger database {db!r}", flush=True)
+conn.close()
+PY
+
+log "airflow db migrate"
+airflow db migrate > "$WORK/migrate.log" 2>&1 || { cat "$WORK/migrate.log" >&2; exit 1; }
+
+python - "$WORK/connections.json" <<'PY'
+import json, os, sys
+e = os.environ
+connections = {
+    "kafka_default": {
+        "conn_type": "kafka",
+        "description": "Kafka brokers of the demo pipeline (librdkafka-style keys in extra)",
+        "extra": json.dumps({"bootstrap.servers": e["KBP_KAFKA_BOOTSTRAP"]}),
+    },
+    "spark_default": {
+        "conn_type": "spark",
+        "description": "Spark standalone master; client deploy mode (the job hands metrics back through a file)",
+        "host": e["KBP_SPARK_MASTER_URL"],
+        "extra": json.dumps({"deploy-mode": "client", "spark-binary": "spark-submit"}),
+    },
+    "spark_connect_default": {
+        "conn_type": "spark_connect",
+        "description": "Spark Connect server on the standalone master (engine: connect)",
+        "host": e["KBP_SPARK_CONNECT_HOST"],
+        "port": int(e["KBP_SPARK_CONNECT_PORT"]),
+    },
+    "kbp_ledger": {
+        "conn_type": "postgres",
+        "description": "Ledger of the Kafka backpressure pipelines (batches and offset ranges)",
+        "host": e["KBP_LEDGER_HOST"],
+        "port": int(e["KBP_LEDGER_PORT"]),
+        "login": e["KBP_LEDGER_USER"],
+        "password": e["KBP_LEDGER_PASSWORD"],
+        "schema": e["KBP_LEDGER_DB"],
+    },
+}
+with open(sys.argv[1], "w") as f:
+    json.dump(connections, f)
+PY
+log "connections (existing ones are kept)"
+airflow connections import "$WORK/connections.json" >&2
+
+if [[ -n "${KBP_DEMO_SETTINGS_KEY:-}" && -n "${KBP_DEMO_SETTINGS:-}" ]]; then
+    python - "$WORK/variables.json" <<'PY'
+import json, os, sys
+value = json.loads(os.environ["KBP_DEMO_SETTINGS"])  # fail here, clearly, on invalid JSON
+with open(sys.argv[1], "w") as f:
+    json.dump({os.environ["KBP_DEMO_SETTINGS_KEY"]: json.dumps(value)}, f)
+PY
+    log "Variable $KBP_DEMO_SETTINGS_KEY (kept if it exists)"
+    airflow variables import --action-on-existing-key skip "$WORK/variables.json" >&2
+fi
+log "done"

