@@ -1,8 +1,9 @@
 """Controller settings from an Airflow Variable: one JSON object per pipeline, validated.
 
-Users edit gains and limits in the Airflow UI (Admin → Variables). Every key is optional; a missing
-key takes Spark's default. An invalid edit raises :class:`SettingsError` naming the Variable, the
-key, the bad value and the allowed range — and nothing else happens, so no state changes.
+Users edit the mode, gains and limits in the Airflow UI (Admin → Variables). Every key is optional;
+a missing key takes its default (Spark's, for Spark's keys). An invalid edit raises
+:class:`SettingsError` naming the Variable, the key, the bad value and the allowed range — and
+nothing else happens, so no state changes. NaN and infinities are refused everywhere.
 
 Pure Python: no Airflow import (the operators read the Variable and pass its text here).
 """
@@ -14,10 +15,20 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from .control import cost_mode, scaling
 from .control.allocation import RateLimits
+from .control.controller import DEFAULT_MODE, MODES
+from .control.cost_mode import CostParams
 from .control.pid import PIDRateEstimator
-from .control.scaling import MAX_EXECUTORS_DEFAULT, ScalingPolicy
+from .control.scaling import ScalingPolicy
 from .models import TopicPartition
+
+#: The default cap of records per batch (any mode, any batch; Structured Streaming's
+#: ``maxOffsetsPerTrigger``). Without it the first batch of a new pipeline starting at ``earliest``
+#: would read a topic's whole retention in one job. A million records is 10-35 s of work for one
+#: executor of the Python reader measured here (29-87k records/s), so a first batch fits a typical
+#: interval, and it is far above what steady pipelines of this size read per batch.
+DEFAULT_MAX_RECORDS_PER_BATCH = 1_000_000
 
 
 class SettingsError(ValueError):
@@ -26,15 +37,18 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class _Rule:
-    kind: type  # float, int or bool
+    kind: type  # float, int, bool or str
     low: float | None = None
     low_open: bool = False  # low is exclusive
     high: float | None = None
     doc: str = ""
+    choices: tuple[str, ...] = ()  # for str
 
     def describe(self) -> str:
         if self.kind is bool:
             return "true or false"
+        if self.kind is str:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
         lo = "-inf" if self.low is None else f"{self.low:g}"
         hi = "inf" if self.high is None else f"{self.high:g}"
         bracket = "(" if self.low_open or self.low is None else "["
@@ -42,16 +56,22 @@ class _Rule:
         return f"{what} in {bracket}{lo}, {hi}{']' if self.high is not None else ')'}"
 
 
-# key -> rule. Defaults live on ControllerSettings (they equal Spark's).
+# key -> rule. Defaults live on ControllerSettings (Spark's keys default to Spark's values).
 RULES: dict[str, _Rule] = {
-    "backpressure_enabled": _Rule(bool, doc="size batches by the PID rate (spark.streaming.backpressure.enabled)"),
+    "mode": _Rule(str, choices=MODES, doc="'spark': Spark's PID, bit for bit; 'cost': batches sized from a fitted fixed + per-record cost model"),
+    "backpressure_enabled": _Rule(bool, doc="size batches by the controller (spark.streaming.backpressure.enabled)"),
     "proportional": _Rule(float, 0.0, doc="PID proportional gain (spark.streaming.backpressure.pid.proportional)"),
     "integral": _Rule(float, 0.0, doc="PID integral gain (…pid.integral)"),
     "derivative": _Rule(float, 0.0, doc="PID derivative gain (…pid.derived)"),
-    "min_rate": _Rule(float, 0.0, low_open=True, doc="lowest estimated rate, records/s (…pid.minRate)"),
+    "min_rate": _Rule(float, 1.0, doc="lowest estimated rate, records/s (…pid.minRate); below 1 the published limit would truncate to 0, which means 'unlimited'"),
     "initial_rate": _Rule(int, 0, doc="records/s before the first estimate, 0 = none (…backpressure.initialRate)"),
     "max_rate_per_partition": _Rule(int, 0, doc="records/s cap per partition, 0 = none (…kafka.maxRatePerPartition)"),
     "min_rate_per_partition": _Rule(int, 1, doc="records per batch floor per partition (…kafka.minRatePerPartition)"),
+    "max_records_per_batch": _Rule(int, 1, doc="cap of records per batch, any mode, the first batches included (like maxOffsetsPerTrigger)"),
+    "target_ratio": _Rule(float, 0.0, low_open=True, high=1.0, doc="cost mode: processing time / interval the batches aim at when keeping up"),
+    "max_ratio": _Rule(float, 0.0, low_open=True, high=1.0, doc="cost mode: the most of the interval a batch may use while draining a backlog"),
+    "drain_horizon_s": _Rule(float, 0.0, doc="cost mode: clear a backlog within this many seconds with the smallest batches that do; 0 = as fast as max_ratio allows"),
+    "cost_window_batches": _Rule(int, 2, doc="cost mode: recent batches the cost model is fitted on"),
     "scaling_enabled": _Rule(bool, doc="let the scaling operator change the executor target"),
     "scaling_up_ratio": _Rule(float, 0.0, low_open=True, doc="scale up at avg processing/interval >= this"),
     "scaling_down_ratio": _Rule(float, 0.0, low_open=True, doc="scale down at avg processing/interval <= this"),
@@ -67,6 +87,7 @@ MAP_KEYS = {"max_rate_per_topic"}
 
 @dataclass(frozen=True)
 class ControllerSettings:
+    mode: str = DEFAULT_MODE
     backpressure_enabled: bool = True
     proportional: float = 1.0
     integral: float = 0.2
@@ -76,14 +97,19 @@ class ControllerSettings:
     max_rate_per_partition: int = 0
     min_rate_per_partition: int = 1
     max_rate_per_topic: dict[str, int] = field(default_factory=dict)
+    max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH
+    target_ratio: float = cost_mode.DEFAULT_TARGET_RATIO
+    max_ratio: float = cost_mode.DEFAULT_MAX_RATIO
+    drain_horizon_s: float = cost_mode.DEFAULT_DRAIN_HORIZON_S
+    cost_window_batches: int = cost_mode.DEFAULT_WINDOW_BATCHES
     scaling_enabled: bool = True
-    scaling_up_ratio: float = 0.9
-    scaling_down_ratio: float = 0.3
-    min_executors: int = 1
-    max_executors: int = MAX_EXECUTORS_DEFAULT
-    initial_executors: int = 1
-    scaling_window_batches: int = 3
-    cooldown_batches: int = 3
+    scaling_up_ratio: float = scaling.SCALING_UP_RATIO
+    scaling_down_ratio: float = scaling.SCALING_DOWN_RATIO
+    min_executors: int = scaling.MIN_EXECUTORS
+    max_executors: int = scaling.MAX_EXECUTORS
+    initial_executors: int = scaling.INITIAL_EXECUTORS
+    scaling_window_batches: int = scaling.SCALING_WINDOW_BATCHES
+    cooldown_batches: int = scaling.COOLDOWN_BATCHES
 
     # ----- derived objects for the control core ---------------------------------------------
     def estimator(self, batch_interval_ms: int) -> PIDRateEstimator:
@@ -102,7 +128,11 @@ class ControllerSettings:
             min_rate_per_partition=self.min_rate_per_partition,
             initial_rate=self.initial_rate,
             max_rate_overrides=overrides,
+            max_records_per_batch=self.max_records_per_batch,
         )
+
+    def cost_params(self) -> CostParams:
+        return CostParams(self.target_ratio, self.max_ratio, self.drain_horizon_s, self.cost_window_batches)
 
     def scaling_policy(self) -> ScalingPolicy:
         return ScalingPolicy(
@@ -131,6 +161,10 @@ def _coerce(source: str, key: str, value: Any, rule: _Rule) -> Any:
         if isinstance(value, bool):
             return value
         raise fail("not a boolean")
+    if rule.kind is str:
+        if isinstance(value, str) and value in rule.choices:
+            return value
+        raise fail("not an allowed value")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise fail("not a number")
     if isinstance(value, float) and not math.isfinite(value):
@@ -194,6 +228,11 @@ def parse_settings(text: str | dict[str, Any] | None, *, source: str = "controll
         raise SettingsError(
             f"{source}: key 'scaling_up_ratio' = {settings.scaling_up_ratio!r} must be greater than "
             f"'scaling_down_ratio' = {settings.scaling_down_ratio!r}"
+        )
+    if settings.target_ratio > settings.max_ratio:
+        raise SettingsError(
+            f"{source}: key 'target_ratio' = {settings.target_ratio!r} must be <= "
+            f"'max_ratio' = {settings.max_ratio!r}"
         )
     if settings.max_executors < settings.min_executors:
         raise SettingsError(

@@ -7,10 +7,8 @@ them, earliest first. Both are built from a :class:`~airflow_kafka_backpressure.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pendulum
@@ -23,10 +21,10 @@ from .operators import (
     ReplayFailedRangesOperator,
     SparkKafkaBatchOperator,
 )
-from .pipeline import PipelineConfig
+from .pipeline import PIPELINES_FILE_ENV, PipelineConfig, load_pipelines
 from .sensors.failed_ranges import FailedRangesSensor
 
-PIPELINES_FILE_ENV = "KBP_PIPELINES_FILE"
+__all__ = ["PIPELINES_FILE_ENV", "build_dags", "build_ingest_dag", "build_replay_dag", "load_pipelines"]
 
 
 def _doc(p: PipelineConfig) -> str:
@@ -98,12 +96,3 @@ def build_dags(pipelines: Iterable[PipelineConfig]) -> dict[str, DAG]:
         for dag in (build_ingest_dag(p), build_replay_dag(p)):
             dags[dag.dag_id] = dag
     return dags
-
-
-def load_pipelines(path: str | os.PathLike[str] | None = None) -> list[PipelineConfig]:
-    """Pipelines from ``path``, else ``$KBP_PIPELINES_FILE`` (a JSON list, or ``{"pipelines": [...]}``)."""
-    path = path or os.environ.get(PIPELINES_FILE_ENV)
-    if not path:
-        return []
-    text = Path(path).read_text()
-    return PipelineConfig.load_all(text, source=str(path))

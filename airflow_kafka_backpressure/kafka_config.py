@@ -1,10 +1,20 @@
-"""Kafka client properties → kafka-python arguments, and → Spark's native ``kafka.*`` options.
+"""Kafka client properties → kafka-python arguments, → confluent-kafka configuration, and → Spark's
+native ``kafka.*`` options.
 
 Connections use the format of apache-airflow-providers-apache-kafka: the connection's extra JSON
 holds librdkafka-style properties (``bootstrap.servers``, ``security.protocol``, ``sasl.mechanism``,
 ``sasl.username``, ``sasl.password``, ``ssl.ca.location`` …). The bounded Spark job receives the
 same properties and converts them itself, so one set of settings serves the planner, the Python
-reader and Spark's own Kafka connector.
+reader (with either client) and Spark's own Kafka connector.
+
+Both clients accept the same whitelist of properties (:data:`SUPPORTED_PROPERTIES`); an unknown
+key is refused with the list, whichever client is used, so a connection that works with one client
+works with the other. librdkafka takes the properties by their own names (a few Java-style names
+are renamed: ``request.timeout.ms`` → ``socket.timeout.ms``, ``fetch.max.wait.ms`` →
+``fetch.wait.max.ms``, ``receive.buffer.bytes`` → ``socket.receive.buffer.bytes``,
+``send.buffer.bytes`` → ``socket.send.buffer.bytes``). A few librdkafka fetch-tuning properties
+(:data:`LIBRDKAFKA_ONLY`, e.g. ``queued.max.messages.kbytes``) have no kafka-python equivalent:
+kafka-python and Spark's connector leave them out.
 
 Pure Python: no Airflow, Spark or Kafka imports.
 """
@@ -63,6 +73,26 @@ _TO_PYTHON: dict[str, tuple[str, Any]] = {
     "client.dns.lookup": ("client_dns_lookup", str),
 }
 
+# librdkafka name where it differs from the accepted (Java-style) key
+_LIBRDKAFKA_NAME = {
+    "request.timeout.ms": "socket.timeout.ms",
+    "fetch.max.wait.ms": "fetch.wait.max.ms",
+    "receive.buffer.bytes": "socket.receive.buffer.bytes",
+    "send.buffer.bytes": "socket.send.buffer.bytes",
+    "sasl.mechanisms": "sasl.mechanism",
+}
+# librdkafka-only properties (fetch queue tuning, diagnostics) -> converter; kafka-python and
+# Spark's Java connector have no equivalent and leave them out.
+_LIBRDKAFKA_ONLY: dict[str, Any] = {
+    "queued.max.messages.kbytes": int,
+    "queued.min.messages": int,
+    "fetch.queue.backoff.ms": int,
+    "fetch.error.backoff.ms": int,
+    "socket.keepalive.enable": _bool,
+    "debug": str,
+}
+LIBRDKAFKA_ONLY = frozenset(_LIBRDKAFKA_ONLY)
+
 # Properties that describe consumer-group or producer behaviour: the planner and the job set these
 # themselves (group from the pipeline, no auto commit, explicit seeks), so they are ignored.
 _IGNORED = frozenset(
@@ -83,6 +113,8 @@ _IGNORED = frozenset(
     }
 )
 
+SUPPORTED_PROPERTIES = frozenset(_TO_PYTHON) | LIBRDKAFKA_ONLY
+
 _SECRET_WORDS = ("password", "secret", "token", "jaas")
 
 
@@ -91,36 +123,66 @@ def redact(props: dict[str, Any]) -> dict[str, Any]:
     return {k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v) for k, v in props.items()}
 
 
-def to_kafka_python(props: dict[str, Any], *, source: str = "Kafka connection") -> dict[str, Any]:
-    """kafka-python client arguments for ``props``.
-
-    Raises :class:`KafkaConfigError` naming ``source`` and the key when a property is unknown or its
-    value is invalid; ``bootstrap.servers`` is required.
-    """
-    out: dict[str, Any] = {}
-    unknown = []
-    for key, value in props.items():
-        if key in _IGNORED:
-            continue
-        if key not in _TO_PYTHON:
-            unknown.append(key)
-            continue
-        arg, conv = _TO_PYTHON[key]
-        try:
-            out[arg] = conv(value)
-        except (TypeError, ValueError) as e:
-            raise KafkaConfigError(f"{source}: property {key!r} has an invalid value {value!r}: {e}") from e
+def _checked(props: dict[str, Any], source: str) -> list[tuple[str, Any]]:
+    """The (key, value) pairs of ``props`` that a client uses (ignored keys dropped), after the
+    whitelist check; raises :class:`KafkaConfigError` naming ``source`` and the keys."""
+    unknown = sorted(k for k in props if k not in SUPPORTED_PROPERTIES and k not in _IGNORED)
     if unknown:
         raise KafkaConfigError(
-            f"{source}: unsupported Kafka properties {sorted(unknown)}. Supported: "
-            f"{sorted(_TO_PYTHON)} (ignored: {sorted(_IGNORED)}). Remove them or rename them to "
-            "their librdkafka names."
+            f"{source}: unsupported Kafka properties {unknown}. Supported: "
+            f"{sorted(SUPPORTED_PROPERTIES)} (ignored: {sorted(_IGNORED)}). Remove them or rename them "
+            "to their librdkafka names."
         )
-    if not out.get("bootstrap_servers"):
+    if not props.get("bootstrap.servers"):
         raise KafkaConfigError(
             f"{source}: 'bootstrap.servers' is missing; set it in the connection's extra JSON, "
             'e.g. {"bootstrap.servers": "broker1:9092,broker2:9092"}'
         )
+    return [(k, v) for k, v in props.items() if k not in _IGNORED]
+
+
+def _convert(key: str, value: Any, conv: Any, source: str) -> Any:
+    try:
+        return conv(value)
+    except (TypeError, ValueError) as e:
+        raise KafkaConfigError(f"{source}: property {key!r} has an invalid value {value!r}: {e}") from e
+
+
+def to_kafka_python(props: dict[str, Any], *, source: str = "Kafka connection") -> dict[str, Any]:
+    """kafka-python client arguments for ``props``.
+
+    Raises :class:`KafkaConfigError` naming ``source`` and the key when a property is unknown or its
+    value is invalid; ``bootstrap.servers`` is required. librdkafka-only properties are left out.
+    """
+    out: dict[str, Any] = {}
+    for key, value in _checked(props, source):
+        if key in _TO_PYTHON:
+            arg, conv = _TO_PYTHON[key]
+            out[arg] = _convert(key, value, conv, source)
+        else:  # librdkafka-only: still validated, so the same connection works with both clients
+            _convert(key, value, _LIBRDKAFKA_ONLY[key], source)
+    return out
+
+
+def _rdkafka_value(key: str, value: Any, source: str) -> Any:
+    if key in _LIBRDKAFKA_ONLY:
+        return _convert(key, value, _LIBRDKAFKA_ONLY[key], source)
+    _, conv = _TO_PYTHON[key]
+    checked = _convert(key, value, conv, source)  # same validation as for kafka-python
+    if conv is int or conv is _bool:
+        return checked
+    # librdkafka takes strings as written (enums are case-insensitive there), e.g.
+    # ssl.endpoint.identification.algorithm "none" | "https"
+    return str(value)
+
+
+def to_confluent(props: dict[str, Any], *, source: str = "Kafka connection") -> dict[str, Any]:
+    """confluent-kafka (librdkafka) configuration for ``props``: the same whitelist and value checks
+    as :func:`to_kafka_python`, keys under their librdkafka names. Consumer-group and producer
+    properties are left out (callers set what they need)."""
+    out: dict[str, Any] = {}
+    for key, value in _checked(props, source):
+        out[_LIBRDKAFKA_NAME.get(key, key)] = _rdkafka_value(key, value, source)
     return out
 
 
@@ -131,7 +193,7 @@ def to_spark_kafka_options(props: dict[str, Any]) -> dict[str, str]:
     password = props.get("sasl.password")
     mechanism = str(props.get("sasl.mechanism", props.get("sasl.mechanisms", "PLAIN"))).upper()
     for key, value in props.items():
-        if key in _IGNORED or key in ("sasl.username", "sasl.password", "sasl.mechanisms"):
+        if key in _IGNORED or key in LIBRDKAFKA_ONLY or key in ("sasl.username", "sasl.password", "sasl.mechanisms"):
             continue
         if key == "ssl.ca.location":
             out["kafka.ssl.truststore.type"] = "PEM"

@@ -7,6 +7,7 @@ Every call is bounded in time; an unreachable cluster or a missing topic raises 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -50,18 +51,19 @@ class KafkaOffsets:
             "this machine."
         )
 
-    def _new_consumer(self, group_id: str | None) -> Any:
+    def _new_consumer(self, group_id: str | None, **overrides: Any) -> Any:
         from kafka import KafkaConsumer
         from kafka.errors import KafkaError
 
         try:
-            return KafkaConsumer(
+            settings = {
                 **self.config,
-                group_id=group_id,
-                enable_auto_commit=False,
-                allow_auto_create_topics=False,
-                request_timeout_ms=max(self.timeout_ms, 1000),
-                bootstrap_timeout_ms=self.timeout_ms,
+                "request_timeout_ms": max(self.timeout_ms, 1000),
+                "bootstrap_timeout_ms": self.timeout_ms,
+                **overrides,
+            }
+            return KafkaConsumer(
+                **settings, group_id=group_id, enable_auto_commit=False, allow_auto_create_topics=False
             )
         except KafkaError as e:
             raise self._unavailable(e) from e
@@ -149,6 +151,43 @@ class KafkaOffsets:
         consumer = self._group(group_id)
         payload = {KTP(tp.topic, tp.partition): OffsetAndMetadata(int(o), "", -1) for tp, o in offsets.items()}
         self._call(f"commit for group {group_id!r}", consumer.commit, payload)
+
+    def record_timestamps(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """The Kafka timestamp (epoch ms) of the first record at or after each offset.
+
+        One bounded read of a few KB per partition; partitions with no record there within the
+        timeout (or only records without a timestamp) are left out."""
+        from kafka import TopicPartition as KTP
+
+        if not offsets:
+            return {}
+        wanted = {KTP(tp.topic, tp.partition): int(o) for tp, o in offsets.items()}
+        reader = self._new_consumer(None, max_partition_fetch_bytes=16 * 1024)  # one record is enough
+        found: dict[TopicPartition, int] = {}
+        try:
+            self._call("assign for timestamps", reader.assign, list(wanted))
+            for ktp, offset in wanted.items():
+                reader.seek(ktp, offset)
+            deadline = time.monotonic() + self.timeout_ms / 1000
+            while len(found) < len(wanted) and time.monotonic() < deadline:
+                remaining_ms = max(int((deadline - time.monotonic()) * 1000), 1)
+                batches = self._call("fetch for timestamps", reader.poll, min(remaining_ms, 500))
+                for ktp, records in batches.items():
+                    tp = TopicPartition(ktp.topic, ktp.partition)
+                    if tp in found:
+                        continue
+                    for record in records:
+                        if record.offset >= wanted[ktp] and record.timestamp is not None and record.timestamp >= 0:
+                            found[tp] = int(record.timestamp)
+                            break
+                    if tp in found:
+                        reader.pause(ktp)
+        finally:
+            try:
+                reader.close(autocommit=False)
+            except Exception:  # closing is best effort
+                pass
+        return found
 
     def lag(self, group_id: str, topics: Iterable[str]) -> dict[TopicPartition, int]:
         """Records not yet committed by ``group_id``: latest - committed (latest - earliest if none)."""

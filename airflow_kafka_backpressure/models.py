@@ -7,6 +7,7 @@ them. Every object round-trips through a JSON-safe ``to_dict()`` / ``from_dict()
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -211,22 +212,31 @@ class BatchMetrics:
         )
 
 
+def new_token() -> str:
+    """A fresh attempt token (it names the attempt's staging directory in the sink)."""
+    return uuid.uuid4().hex
+
+
 @dataclass(frozen=True)
 class JobSpec:
-    """Everything the bounded Spark job needs, passed to it as one JSON file.
+    """Everything the bounded Spark job needs for one attempt at a batch.
 
-    ``kafka`` is a kafka-python client configuration (see :mod:`.kafka_config`); it may hold
-    credentials, so the file is written with owner-only permissions.
+    ``kafka`` holds librdkafka-style client properties (see :mod:`.kafka_config`); it may hold
+    credentials. ``token`` names this attempt (its staging directory in the sink). ``min_partitions``
+    is the read parallelism asked for (input partitions; large ranges are split to reach it).
+    ``options``: ``max_records_per_batch`` (rows per Arrow batch of the Python reader),
+    ``parquet_compression``, and reader options passed through as they are.
     """
 
     plan: BatchPlan
     kafka: dict[str, Any]
-    metrics_path: str
     launched_at_ms: int
+    token: str = field(default_factory=new_token)
     reader: str = "auto"  # auto | python | native
     transform: str | None = None  # "package.module:function", DataFrame -> DataFrame
     poll_timeout_ms: int = 1000
     stall_timeout_s: float = 60.0
+    min_partitions: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -236,17 +246,20 @@ class JobSpec:
             raise ValueError(
                 f"transform must look like 'package.module:function', got {self.transform!r}"
             )
+        if not self.token or not all(c.isalnum() or c in "-_" for c in self.token):
+            raise ValueError(f"token must be a non-empty string of letters, digits, '-', '_'; got {self.token!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "plan": self.plan.to_dict(),
             "kafka": dict(self.kafka),
-            "metrics_path": self.metrics_path,
             "launched_at_ms": self.launched_at_ms,
+            "token": self.token,
             "reader": self.reader,
             "transform": self.transform,
             "poll_timeout_ms": self.poll_timeout_ms,
             "stall_timeout_s": self.stall_timeout_s,
+            "min_partitions": self.min_partitions,
             "options": dict(self.options),
         }
 
@@ -255,11 +268,12 @@ class JobSpec:
         return cls(
             plan=BatchPlan.from_dict(d["plan"]),
             kafka=dict(d["kafka"]),
-            metrics_path=str(d["metrics_path"]),
             launched_at_ms=int(d["launched_at_ms"]),
+            token=str(d.get("token") or new_token()),
             reader=str(d.get("reader", "auto")),
             transform=d.get("transform"),
             poll_timeout_ms=int(d.get("poll_timeout_ms", 1000)),
             stall_timeout_s=float(d.get("stall_timeout_s", 60.0)),
+            min_partitions=None if d.get("min_partitions") is None else int(d["min_partitions"]),
             options=dict(d.get("options", {})),
         )

@@ -7,13 +7,26 @@ Variables. Pure Python: no Airflow import.
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
-from dataclasses import asdict, dataclass, field
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from .control.allocation import ON_DATA_LOSS, STARTING_OFFSETS
+from .storage import is_absolute_location
+
+#: Environment variable naming the pipelines file (JSON: a list, or {"pipelines": [...]}).
+PIPELINES_FILE_ENV = "KBP_PIPELINES_FILE"
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+ENGINES = ("submit", "connect")
+#: Default batch timeout: this many batch intervals, but never less than MIN_BATCH_TIMEOUT_S.
+BATCH_TIMEOUT_INTERVALS = 5
+MIN_BATCH_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -24,7 +37,9 @@ class PipelineConfig:
     batch_interval_s: float = 60.0
     group_id: str | None = None  # consumer group to commit progress to; default "kbp-<name>"
     kafka_conn_id: str = "kafka_default"
-    spark_conn_id: str = "spark_default"
+    engine: str = "submit"  # submit: spark-submit per batch; connect: a long-lived Spark Connect server
+    spark_conn_id: str = "spark_default"  # submit engine
+    spark_connect_conn_id: str = "spark_connect_default"  # connect engine
     ledger_conn_id: str | None = None  # None: SQLite file under AIRFLOW_HOME
     starting_offsets: str = "earliest"
     on_data_loss: str = "fail"
@@ -35,6 +50,8 @@ class PipelineConfig:
     driver_memory: str | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
     stall_timeout_s: float = 120.0
+    batch_timeout_s: float | None = None  # a batch's Spark work is stopped after this; default below
+    reader_options: dict[str, Any] = field(default_factory=dict)  # extra options of the Kafka range reader
     replay_interval_s: float | None = None  # how often the replay DAG looks; default 5 x batch interval
     stale_after_s: float | None = None  # a batch planned/running this long is replayable; default 1 day
     replay_deferrable: bool = True  # the replay sensor waits in the triggerer, not in a worker slot
@@ -52,14 +69,25 @@ class PipelineConfig:
             raise bad("topics", self.topics, "give at least one topic name")
         object.__setattr__(self, "topics", topics)
         object.__setattr__(self, "tags", tuple(self.tags))
+        _check_types(self, bad)
         if not self.sink:
             raise bad("sink", self.sink, "give a path or Hadoop URI for the output")
-        if not self.batch_interval_s > 0:
-            raise bad("batch_interval_s", self.batch_interval_s, "must be > 0 seconds")
+        if not is_absolute_location(self.sink):
+            raise bad(
+                "sink", self.sink,
+                "use an absolute path or a URI (/data/orders, s3://bucket/orders): a relative path means a "
+                "different directory to the Airflow worker, the Spark driver and each executor",
+            )
+        for key in ("batch_interval_s", "stall_timeout_s", "batch_timeout_s", "replay_interval_s", "stale_after_s"):
+            value = getattr(self, key)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise bad(key, value, "must be a finite number of seconds > 0")
         if self.starting_offsets not in STARTING_OFFSETS:
             raise bad("starting_offsets", self.starting_offsets, f"one of {STARTING_OFFSETS}")
         if self.on_data_loss not in ON_DATA_LOSS:
             raise bad("on_data_loss", self.on_data_loss, f"one of {ON_DATA_LOSS}")
+        if self.engine not in ENGINES:
+            raise bad("engine", self.engine, f"one of {', '.join(ENGINES)}")
         if self.reader not in ("auto", "python", "native"):
             raise bad("reader", self.reader, "one of auto, python, native")
         if self.transform is not None and ":" not in self.transform:
@@ -75,6 +103,14 @@ class PipelineConfig:
     @property
     def batch_interval_ms(self) -> int:
         return int(round(self.batch_interval_s * 1000))
+
+    @property
+    def batch_timeout(self) -> float:
+        """Seconds a batch's Spark work may run: ``batch_timeout_s``, else
+        ``BATCH_TIMEOUT_INTERVALS`` batch intervals but at least ``MIN_BATCH_TIMEOUT_S``."""
+        if self.batch_timeout_s is not None:
+            return float(self.batch_timeout_s)
+        return max(BATCH_TIMEOUT_INTERVALS * self.batch_interval_s, MIN_BATCH_TIMEOUT_S)
 
     @property
     def settings_variable(self) -> str:
@@ -131,3 +167,49 @@ class PipelineConfig:
         if dupes:
             raise ValueError(f"{source}: pipeline names must be unique; repeated: {dupes}")
         return configs
+
+
+def _check_types(p: PipelineConfig, bad: Any) -> None:
+    """Every field has the JSON type its annotation says (numbers for floats, no booleans for
+    numbers), so a pipelines file with ``"batch_interval_s": "60"`` fails with the key named."""
+    hints = typing.get_type_hints(PipelineConfig)
+    for f in fields(PipelineConfig):
+        value = getattr(p, f.name)
+        hint = hints[f.name]
+        allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        if value is None and type(None) in allowed:
+            continue
+        ok = False
+        for t in allowed:
+            origin = typing.get_origin(t) or t
+            if origin is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            elif origin is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif origin is tuple:
+                ok = isinstance(value, tuple) and all(isinstance(x, str) for x in value)
+            elif origin is dict:
+                ok = isinstance(value, dict) and all(isinstance(k, str) for k in value)
+                if ok and typing.get_args(t)[1:] == (str,):
+                    ok = all(isinstance(v, str) for v in value.values())
+            elif origin in (str, bool):
+                ok = isinstance(value, origin)
+            if ok:
+                break
+        if not ok:
+            kinds = {float: "a number", int: "an integer", str: "a string", bool: "true/false",
+                     tuple: "a list of strings", dict: "an object", type(None): "null"}
+            names = " or ".join(
+                "an object of strings" if typing.get_args(t)[1:] == (str,) else kinds.get(typing.get_origin(t) or t, str(t))
+                for t in allowed
+            )
+            raise bad(f.name, value, f"must be {names}")
+
+
+def load_pipelines(path: str | os.PathLike[str] | None = None) -> list[PipelineConfig]:
+    """Pipelines from ``path``, else ``$KBP_PIPELINES_FILE`` (a JSON list, or ``{"pipelines": [...]}``)."""
+    path = path or os.environ.get(PIPELINES_FILE_ENV)
+    if not path:
+        return []
+    text = Path(path).read_text()
+    return PipelineConfig.load_all(text, source=str(path))

@@ -4,6 +4,9 @@ The connection is the one apache-airflow-providers-apache-kafka uses (``kafka_de
 JSON holds librdkafka-style properties such as ``bootstrap.servers``, ``security.protocol``,
 ``sasl.mechanism``, ``sasl.username`` and ``sasl.password``. Host and port are used when the extra
 has no ``bootstrap.servers``.
+
+The connection type ``kafka`` belongs to the official provider: this provider declares it (with the
+same form) only when the official one is not installed — see :mod:`..get_provider_info`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ class KafkaOffsetsHook(BaseHook):
         self.kafka_config_id = kafka_config_id
         self.timeout_s = timeout_s
 
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """The official provider's form: a JSON "Config Dict" of librdkafka properties."""
+        from ..get_provider_info import ui_field_behaviour
+
+        return ui_field_behaviour(cls.conn_type)
+
     def client_properties(self) -> dict[str, Any]:
         """The connection's librdkafka-style properties, with ``bootstrap.servers`` always set."""
         conn = self.get_connection(self.kafka_config_id)
@@ -41,9 +51,13 @@ class KafkaOffsetsHook(BaseHook):
         )
 
     def test_connection(self) -> tuple[bool, str]:
+        """List the cluster's topics (bounded by ``timeout_s``); the message names the connection."""
         try:
             with self.get_conn() as client:
-                client.consumer.topics()
-            return True, "Connection successfully tested"
+                topics = client.consumer.topics()
+                bootstrap = client.bootstrap
+            return True, (
+                f"Kafka connection {self.kafka_config_id!r}: connected to {bootstrap}, {len(topics)} topic(s) visible"
+            )
         except Exception as e:
             return False, str(e)

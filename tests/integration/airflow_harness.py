@@ -28,7 +28,9 @@ def reset_airflow_db() -> None:
     resetdb()
 
 
-def set_connections(monkeypatch, bootstrap: str, ledger_url: str, spark_master: str = "local[2]") -> None:
+def set_connections(
+    monkeypatch, bootstrap: str, ledger_url: str, spark_master: str = "local[2]", connect_url: str | None = None
+) -> None:
     monkeypatch.setenv(
         "AIRFLOW_CONN_KAFKA_DEFAULT",
         json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}),
@@ -38,6 +40,12 @@ def set_connections(monkeypatch, bootstrap: str, ledger_url: str, spark_master: 
         json.dumps({"conn_type": "spark", "host": spark_master,
                     "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}),
     )
+    if connect_url:  # sc://host:port, the Spark provider's spark_connect connection
+        host, _, port = connect_url.rpartition(":")
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
+            json.dumps({"conn_type": "spark_connect", "host": host, "port": int(port)}),
+        )
     monkeypatch.setenv(
         "AIRFLOW_CONN_KBP_LEDGER_TEST",
         json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": ledger_url}}),
@@ -95,15 +103,24 @@ def set_variable(key: str, value: str) -> None:
     Variable.set(key, value)
 
 
-def pipeline_maker(monkeypatch, bootstrap: str, topic: str, tmp_path: Path, spark_master: str = "local[2]", **defaults):
-    """Connections for the test's broker, Spark master and a SQLite ledger in ``tmp_path``, a
-    4-partition ``topic``, and a function that installs a pipeline (defaults + overrides) as the
-    shipped DAG file's pipelines file and returns it with its ledger."""
+def pipeline_maker(
+    monkeypatch,
+    bootstrap: str,
+    topic: str,
+    tmp_path: Path,
+    spark_master: str = "local[2]",
+    connect_url: str | None = None,
+    **defaults,
+):
+    """Connections for the test's broker, Spark master (and Spark Connect server, for
+    ``engine="connect"``) and a SQLite ledger in ``tmp_path``, a 4-partition ``topic``, and a
+    function that installs a pipeline (defaults + overrides) as the shipped DAG file's pipelines
+    file and returns it with its ledger."""
     from airflow_kafka_backpressure.ledger import Ledger
     from airflow_kafka_backpressure.local.producer import ensure_topic
 
     ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    set_connections(monkeypatch, bootstrap, ledger_url, spark_master=spark_master)
+    set_connections(monkeypatch, bootstrap, ledger_url, spark_master=spark_master, connect_url=connect_url)
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the Spark driver imports the test transforms
     ensure_topic(bootstrap, topic, 4)
     base = {

@@ -1,5 +1,6 @@
-"""End to end: the shipped DAGs under real Airflow (dag.test), the real broker, real Spark
-(spark-submit, local[2]) and a SQLite ledger. The sink is read back independently of the job."""
+"""End to end: the shipped DAGs under real Airflow (dag.test), the real broker, real Spark and a
+SQLite ledger, with both batch engines: ``submit`` (spark-submit, local[2]) and ``connect`` (a local
+Spark Connect server). The sink is read back independently of the job."""
 
 from __future__ import annotations
 
@@ -53,9 +54,13 @@ def airflow_db():
     af.reset_airflow_db()
 
 
-@pytest.fixture
-def make_pipeline(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
-    return af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path)
+@pytest.fixture(params=["submit", "connect"])
+def make_pipeline(request, kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
+    engine = request.param
+    connect_url = request.getfixturevalue("spark_connect").url if engine == "connect" else None
+    return af.pipeline_maker(
+        monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, connect_url=connect_url, engine=engine
+    )
 
 
 def committed(bootstrap: str, p: PipelineConfig) -> dict[TopicPartition, int]:
@@ -111,8 +116,9 @@ def test_settings_variable_tunes_the_next_plan_and_an_invalid_edit_changes_nothi
     produce(kafka_broker.bootstrap, topic, count=40, partitions=4)
     assert af.run_dag(p.ingest_dag_id, 0, 5).state == "success"  # seeds the estimator
     produce(kafka_broker.bootstrap, topic, count=400, partitions=4, start_id=40)
-    # min_rate 1 so the estimate is the measured processing rate, not Spark's 100 records/s floor
-    af.set_variable(p.settings_variable, json.dumps({"min_rate": 1}))
+    # Spark's mode (the default is the cost mode); min_rate 1 so the estimate is the measured
+    # processing rate, not Spark's 100 records/s floor
+    af.set_variable(p.settings_variable, json.dumps({"mode": "spark", "min_rate": 1}))
     assert af.run_dag(p.ingest_dag_id, 1, 5).state == "success"  # first estimate
     rate_limit = af.variable(p.controller_variable)["rate_limit"]
     assert 0 < rate_limit * 5 < 400  # a tiny local job: the sustainable rate is far below the backlog
@@ -120,7 +126,7 @@ def test_settings_variable_tunes_the_next_plan_and_an_invalid_edit_changes_nothi
     produce(kafka_broker.bootstrap, topic, count=400, partitions=4, start_id=440)
     # an invalid edit fails the plan task with the key and range, and changes no state
     state_before = af.variable(p.controller_variable)
-    af.set_variable(p.settings_variable, json.dumps({"min_rate": 1, "integral": -0.5}))
+    af.set_variable(p.settings_variable, json.dumps({"mode": "spark", "min_rate": 1, "integral": -0.5}))
     bad = af.run_dag(p.ingest_dag_id, 2, 5)
     assert bad.task_states["plan"] == "failed" and bad.state == "failed"
     assert ledger.get_plan(p.name, bad.run_id) is None
@@ -128,7 +134,7 @@ def test_settings_variable_tunes_the_next_plan_and_an_invalid_edit_changes_nothi
     assert af.variable(p.controller_variable) == state_before
 
     # edited gains take effect on the very next plan: the last batch is re-applied under them
-    af.set_variable(p.settings_variable, json.dumps({"min_rate": 1, "proportional": 0.5}))
+    af.set_variable(p.settings_variable, json.dumps({"mode": "spark", "min_rate": 1, "proportional": 0.5}))
     with KafkaOffsets({"bootstrap.servers": kafka_broker.bootstrap}) as k:
         tps = k.partitions([topic])
         latest = k.latest_offsets(tps)

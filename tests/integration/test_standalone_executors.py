@@ -65,7 +65,7 @@ def test_the_executor_target_reaches_the_job_on_a_standalone_cluster(make_pipeli
 def test_the_scale_task_scales_up_then_down_and_the_next_job_gets_the_count(make_pipeline, kafka_broker, spark_standalone):
     # spark-submit alone takes longer than a 5 s interval: processing / interval >= 0.9
     p, ledger = make_pipeline(batch_interval_s=5)
-    settings = {"cooldown_batches": 0, "max_executors": 4, "initial_executors": 1}
+    settings = {"mode": "spark", "cooldown_batches": 0, "max_executors": 4, "initial_executors": 1}
     af.set_variable(p.settings_variable, json.dumps(settings))
     policy = parse_settings(settings).scaling_policy()
     topic = p.topics[0]
@@ -83,11 +83,11 @@ def test_the_scale_task_scales_up_then_down_and_the_next_job_gets_the_count(make
     assert r1.xcoms["scale"]["window_batch_ids"] == [1]
     assert af.variable(p.executors_variable)["executors"] == up.target
 
-    # the next job runs with the raised count; this time the interval is long (a config change
+    # the next job runs with the raised count; this time the interval is an hour (a config change
     # the DAG picks up), so the job is now fast against it and the scale task removes one executor
-    p, _ = make_pipeline(batch_interval_s=300)
+    p, _ = make_pipeline(batch_interval_s=3600)
     produce(kafka_broker.bootstrap, topic, count=80, partitions=4, start_id=120)
-    r2 = af.run_dag(p.ingest_dag_id, 1, 300)
+    r2 = af.run_dag(p.ingest_dag_id, 1, 3600)
     assert r2.state == "success", r2.task_states
     assert r2.xcoms["ingest"]["executors"] == up.target
     assert cluster_executors(spark_standalone, p, 2) == (up.target, up.target)

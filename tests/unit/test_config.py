@@ -35,7 +35,7 @@ def test_values_are_parsed_and_coerced():
     "text, fragments",
     [
         ('{"integral": -1}', ["'integral'", "-1", "[0, inf)"]),
-        ('{"min_rate": 0}', ["'min_rate'", "(0, inf)"]),
+        ('{"min_rate": 0.5}', ["'min_rate'", "0.5", "[1, inf)", "unlimited"]),
         ('{"proportional": "high"}', ["'proportional'", "'high'", "not a number"]),
         ('{"max_rate_per_partition": 1.5}', ["'max_rate_per_partition'", "whole number"]),
         ('{"min_rate_per_partition": 0}', ["'min_rate_per_partition'", "[1, inf)"]),
@@ -72,3 +72,32 @@ def test_derived_control_objects():
     assert (est.batch_interval_ms, est.proportional) == (60_000, 0.5)
     policy = s.scaling_policy()
     assert (policy.cooldown_batches, policy.max_executors) == (1, 4)
+
+
+def test_mode_and_cost_keys():
+    s = parse_settings('{"mode": "spark", "target_ratio": 0.7, "max_ratio": 0.95, "drain_horizon_s": 600, '
+                       '"cost_window_batches": 20, "max_records_per_batch": 50000}')
+    assert (s.mode, s.target_ratio, s.max_ratio, s.drain_horizon_s, s.cost_window_batches) == ("spark", 0.7, 0.95, 600.0, 20)
+    p = s.cost_params()
+    assert (p.target_ratio, p.max_ratio, p.drain_horizon_s, p.window_batches) == (0.7, 0.95, 600.0, 20)
+    assert s.rate_limits().max_records_per_batch == 50_000
+    assert ControllerSettings().mode == "cost"  # the bench's winner (README: "Control modes")
+
+
+@pytest.mark.parametrize(
+    "text, fragments",
+    [
+        ('{"mode": "pid"}', ["'mode' = 'pid'", "one of 'spark', 'cost'"]),
+        ('{"mode": 1}', ["'mode'", "one of 'spark', 'cost'"]),
+        ('{"target_ratio": 0}', ["'target_ratio'", "(0, 1]"]),
+        ('{"max_ratio": 1.5}', ["'max_ratio'", "(0, 1]"]),
+        ('{"target_ratio": 0.9, "max_ratio": 0.8}', ["'target_ratio' = 0.9", "<= 'max_ratio' = 0.8"]),
+        ('{"drain_horizon_s": -5}', ["'drain_horizon_s'", "[0, inf)"]),
+        ('{"cost_window_batches": 1}', ["'cost_window_batches'", "[2, inf)"]),
+    ],
+)
+def test_cost_keys_are_validated(text, fragments):
+    with pytest.raises(SettingsError) as e:
+        parse_settings(text, source=SRC)
+    for f in fragments:
+        assert f in str(e.value), (f, str(e.value))
