@@ -54,6 +54,7 @@ class PipelineConfig:
     reader_options: dict[str, Any] = field(default_factory=dict)  # extra options of the Kafka range reader
     replay_interval_s: float | None = None  # how often the replay DAG looks; default 5 x batch interval
     stale_after_s: float | None = None  # a batch planned/running this long is replayable; default 1 day
+    lease_s: float | None = None  # a running batch whose worker showed no sign of life this long is replayable; default 120
     replay_deferrable: bool = True  # the replay sensor waits in the triggerer, not in a worker slot
     start_date: str = "2026-01-01"
     tags: tuple[str, ...] = ()
@@ -78,7 +79,7 @@ class PipelineConfig:
                 "use an absolute path or a URI (/data/orders, s3://bucket/orders): a relative path means a "
                 "different directory to the Airflow worker, the Spark driver and each executor",
             )
-        for key in ("batch_interval_s", "stall_timeout_s", "batch_timeout_s", "replay_interval_s", "stale_after_s"):
+        for key in ("batch_interval_s", "stall_timeout_s", "batch_timeout_s", "replay_interval_s", "stale_after_s", "lease_s"):
             value = getattr(self, key)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise bad(key, value, "must be a finite number of seconds > 0")

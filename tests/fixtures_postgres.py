@@ -166,33 +166,7 @@ class LocalPostgres:
         last_error = ""
         for _ in range(5):  # a free port can be taken between probing and binding: retry
             self.port = _free_port()
-            log = open(self.log_path, "ab")
-            if self.run_as is not None:
-                import pwd
-
-                pw = pwd.getpwnam(self.run_as)
-                os.chown(self.log_path, pw.pw_uid, pw.pw_gid)
-            try:
-                self.proc = subprocess.Popen(
-                    [
-                        str(self.bin_dir / "postgres"),
-                        "-D", str(self.data_dir),
-                        "-h", "127.0.0.1",
-                        "-p", str(self.port),
-                        "-k", str(self.socket_dir),
-                        "-c", "fsync=off",
-                        "-c", "synchronous_commit=off",
-                        "-c", "full_page_writes=off",
-                        "-c", "max_connections=100",
-                        "-c", "logging_collector=off",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.base_dir,
-                    **self._popen_kwargs(),
-                )
-            finally:
-                log.close()
+            self._spawn()
             try:
                 self._wait_ready()
                 self._create_database()
@@ -203,6 +177,45 @@ class LocalPostgres:
                 if "could not bind" not in self._log_tail() and "in use" not in self._log_tail():
                     break
         raise PostgresUnavailable(last_error + self._permission_hint())
+
+    def _spawn(self) -> None:
+        """Start the postmaster on ``self.port`` (the data directory exists)."""
+        log = open(self.log_path, "ab")
+        if self.run_as is not None:
+            import pwd
+
+            pw = pwd.getpwnam(self.run_as)
+            os.chown(self.log_path, pw.pw_uid, pw.pw_gid)
+        try:
+            self.proc = subprocess.Popen(
+                [
+                    str(self.bin_dir / "postgres"),
+                    "-D", str(self.data_dir),
+                    "-h", "127.0.0.1",
+                    "-p", str(self.port),
+                    "-k", str(self.socket_dir),
+                    "-c", "fsync=off",
+                    "-c", "synchronous_commit=off",
+                    "-c", "full_page_writes=off",
+                    "-c", "max_connections=100",
+                    "-c", "logging_collector=off",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.base_dir,
+                **self._popen_kwargs(),
+            )
+        finally:
+            log.close()
+
+    def shutdown(self) -> None:
+        """Stop the server (fast shutdown), keeping its data: :meth:`restart` brings it back."""
+        self._kill()
+
+    def restart(self) -> None:
+        """Start the server again on the same port and data directory."""
+        self._spawn()
+        self._wait_ready()
 
     def _log_tail(self, n: int = 4000) -> str:
         try:

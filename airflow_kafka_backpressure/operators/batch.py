@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
+from .._fault_points import after_commit
 from ..assets import batch_event_extra, emit_batch_events, sink_asset
 from ..hooks.spark_batch import SparkBatchHook
 from ..ledger import LeaseLost, Ledger, new_attempt_token
@@ -28,9 +29,10 @@ from ..models import BatchMetrics, BatchPlan
 from ..pipeline import PipelineConfig
 from .base import PipelineOperator
 
-#: A batch's lease: how long after its worker's last sign of life it counts as abandoned.
+#: A batch's lease: how long after its worker's last sign of life it counts as abandoned
+#: (the pipeline's ``lease_s`` overrides it).
 LEASE_S = 120.0
-#: How often a running attempt renews its lease.
+#: How often a running attempt renews its lease (at most a quarter of the lease).
 LEASE_RENEW_S = 30.0
 
 
@@ -67,11 +69,15 @@ class BatchRunningOperator(PipelineOperator):
     def batch_hook(self) -> SparkBatchHook:
         return SparkBatchHook.for_pipeline(self.pipeline)
 
+    @property
+    def _lease_s(self) -> float:
+        return self.pipeline.lease_s or LEASE_S
+
     # ----- one batch ----------------------------------------------------------------------------
     def claim(self, ledger: Ledger, batch_id: int, *, replay: bool, executors: int | None = None, **kw: Any) -> str:
         """Mark the batch running (``replay``: replaying) under a new lease; returns its token."""
         token = new_attempt_token()
-        lease_ms = int(LEASE_S * 1000)
+        lease_ms = int(self._lease_s * 1000)
         if replay:
             ledger.mark_replaying(batch_id, token=token, lease_ms=lease_ms, **kw)
         else:
@@ -97,14 +103,15 @@ class BatchRunningOperator(PipelineOperator):
                 executors,
                 kafka_properties,
                 token=token,
-                heartbeat=lambda: ledger.renew_lease(plan.batch_id, token, int(LEASE_S * 1000)),
-                heartbeat_s=LEASE_RENEW_S,
+                heartbeat=lambda: ledger.renew_lease(plan.batch_id, token, int(self._lease_s * 1000)),
+                heartbeat_s=min(LEASE_RENEW_S, self._lease_s / 4),
             )
         except BaseException as e:
             self._mark_failed(ledger, plan.batch_id, token, getattr(e, "job_message", None) or f"{type(e).__name__}: {e}")
             raise
         finally:
             self._current = None
+        after_commit(self.pipeline.name, plan.batch_id)  # a no-op outside the fault tests
         self.finish(ledger, plan, metrics, token=token, replay=replay)
         return metrics
 
