@@ -1,0 +1,172 @@
+"""Fixtures of the fault suite: one ``airflow standalone`` for the session, serving one pipeline per
+scenario (paused until its test unpauses it), a broker of its own (tests freeze it), a SQLite ledger
+and a PostgreSQL server of its own for the ledger-outage scenario (it is stopped and restarted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_backpressure._fault_points import PAUSE_AFTER_COMMIT_DIR_ENV
+from airflow_kafka_backpressure.ledger import Ledger
+from airflow_kafka_backpressure.local.broker import TansuBroker
+from airflow_kafka_backpressure.local.producer import ensure_topic, produce
+from airflow_kafka_backpressure.pipeline import PipelineConfig
+
+from ..fixtures_postgres import LocalPostgres, PostgresUnavailable
+from .harness import Outcome, Standalone, check_pipeline, wait_until_consistent
+
+TMP_ROOT = Path(__file__).resolve().parents[2] / ".tmp"
+SCENARIOS = ("driver_kill", "swap_kill", "broker_freeze", "pg_outage", "cleared_run", "backfill")
+PARTITIONS = 2
+#: Short intervals: a batch every 15 s, a replay look every 20 s, leases of 20 s.
+PIPELINE_DEFAULTS = dict(
+    batch_interval_s=15, replay_interval_s=20, lease_s=20, stall_timeout_s=20, batch_timeout_s=240,
+    reader="python", driver_memory="512m",
+)
+#: The first batch takes the backlog (few batches per scenario: a batch takes 20 s to minutes here).
+SETTINGS = json.dumps({"min_rate": 5, "max_records_per_batch": 1000})
+#: How long a scenario may take to converge after its fault (the machine is shared and slow).
+RECOVER_TIMEOUT_S = float(os.environ.get("KBP_FAULTS_RECOVER_TIMEOUT_S", "900"))
+#: How long one step may take (a batch reaching its Spark job, its sink commit).
+STEP_TIMEOUT_S = 600.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "/faults/" in str(item.fspath):
+            item.add_marker(pytest.mark.faults)
+
+
+@pytest.fixture
+def rig(fault_rig: FaultRig) -> Iterator[FaultRig]:
+    """The session's rig; a pipeline a test started is stopped after it, whatever happened."""
+    yield fault_rig
+    for p in list(fault_rig.started):
+        fault_rig.stop(p)
+
+
+@dataclass
+class FaultRig:
+    standalone: Standalone
+    broker: TansuBroker
+    postgres: LocalPostgres
+    pipelines: dict[str, PipelineConfig]
+    ledger_urls: dict[str, str]
+    pause_dir: Path
+    started: list[PipelineConfig] = field(default_factory=list)
+
+    def pipeline(self, scenario: str) -> PipelineConfig:
+        return self.pipelines[scenario]
+
+    def produce(self, p: PipelineConfig, count: int, start_id: int) -> int:
+        return produce(self.broker.bootstrap, p.topics[0], count=count, partitions=PARTITIONS, start_id=start_id)
+
+    def start(self, p: PipelineConfig, replay: bool = True) -> None:
+        self.started.append(p)
+        self.standalone.set_paused(p.ingest_dag_id, False)
+        if replay:
+            self.standalone.set_paused(p.replay_dag_id, False)
+
+    def ledger(self, p: PipelineConfig) -> Ledger:
+        return Ledger(self.ledger_urls[p.name])
+
+    def check(self, p: PipelineConfig) -> Outcome:
+        return check_pipeline(p, self.ledger_urls[p.name], self.broker.bootstrap)
+
+    def recover(self, p: PipelineConfig, timeout_s: float = RECOVER_TIMEOUT_S) -> tuple[Outcome, float]:
+        """Wait until the pipeline holds every record exactly once (its outcome and how long that took),
+        then stop it."""
+        try:
+            return wait_until_consistent(self.standalone, p, self.ledger_urls[p.name], self.broker.bootstrap, timeout_s)
+        finally:
+            self.stop(p)
+
+    def assert_recovered(self, p: PipelineConfig, produced: int, fault: str) -> Outcome:
+        """:meth:`recover`, then: nothing lost (none of these faults may lose data), nothing twice,
+        every produced record in the sink, the group at the end, no batch left unfinished."""
+        outcome, took = self.recover(p)
+        assert outcome.ok, outcome.summary()
+        assert not outcome.lost, outcome.summary()
+        assert outcome.written == produced, outcome.summary()
+        print(f"{fault}: recovered in {took:.0f}s; batches {dict(outcome.statuses)}")
+        return outcome
+
+    def stop(self, p: PipelineConfig) -> None:
+        if p in self.started:
+            self.started.remove(p)
+            self.standalone.quiesce(p)
+
+
+def make_pipelines(root: Path, names: tuple[str, ...], pg: bool) -> tuple[dict[str, PipelineConfig], dict[str, str], dict]:
+    sqlite_url = f"sqlite:///{root / 'ledger.db'}"
+    pipelines, urls = {}, {}
+    for name in names:
+        conn_id = "kbp_ledger_pg" if (pg and name == "pg_outage") else "kbp_ledger_faults"
+        pipelines[name] = PipelineConfig(
+            name=f"f_{name}", topics=(f"faults-{name}-{secrets.token_hex(2)}",), sink=str(root / "sinks" / name),
+            ledger_conn_id=conn_id, **PIPELINE_DEFAULTS,
+        )
+        urls[pipelines[name].name] = sqlite_url
+    return pipelines, urls, {"kbp_ledger_faults": sqlite_url}
+
+
+def connections(bootstrap: str, ledgers: dict[str, str]) -> dict[str, dict]:
+    conns = {
+        "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}},
+        "spark_default": {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}},
+    }
+    for conn_id, url in ledgers.items():
+        conns[conn_id] = {"conn_type": "generic", "extra": {"sqlalchemy_url": url}}
+    return conns
+
+
+@pytest.fixture(scope="session")
+def fault_rig(request: pytest.FixtureRequest) -> Iterator[FaultRig]:
+    root = TMP_ROOT / f"faults-{os.getpid()}"
+    root.mkdir(parents=True)
+    # a SIGTERM (a CI timeout, kill PID) unwinds like Ctrl-C, so the teardown below stops everything
+    previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    broker = TansuBroker(log_path=root / "broker.log").start()
+    postgres = LocalPostgres(root / "pg")
+    standalone = None
+    try:
+        try:
+            postgres.start()
+            pg_ok = True
+        except PostgresUnavailable:
+            if os.environ.get("KBP_SKIP_POSTGRES") != "1":
+                raise
+            pg_ok = False
+        pipelines, urls, ledgers = make_pipelines(root, SCENARIOS, pg_ok)
+        if pg_ok:
+            pg_url = postgres.url
+            ledgers["kbp_ledger_pg"] = pg_url
+            urls[pipelines["pg_outage"].name] = pg_url
+        for p in pipelines.values():
+            ensure_topic(broker.bootstrap, p.topics[0], PARTITIONS)
+        pause_dir = root / "pause"
+        pause_dir.mkdir()
+        standalone = Standalone(
+            root / "airflow", list(pipelines.values()), connections(broker.bootstrap, ledgers),
+            extra_env={PAUSE_AFTER_COMMIT_DIR_ENV: str(pause_dir), "SPARK_LOCAL_DIRS": str(root / "spark")},
+        ).start()
+        for p in pipelines.values():
+            standalone.set_variable(p.settings_variable, SETTINGS)
+        yield FaultRig(standalone, broker, postgres, pipelines, urls, pause_dir)
+    finally:
+        if standalone is not None:
+            standalone.stop()
+        broker.stop()
+        postgres.stop()
+        signal.signal(signal.SIGTERM, previous)
+        if not request.session.testsfailed:  # else kept: the logs of Airflow, its tasks, the broker
+            shutil.rmtree(root, ignore_errors=True)

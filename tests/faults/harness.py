@@ -1,0 +1,427 @@
+"""The fault harness: the shipped DAGs under a real ``airflow standalone`` (scheduler, DAG processor,
+triggerer, API server), a broker of its own, real Spark (``spark-submit``, local[2]) and real ledgers.
+
+Used by ``tests/faults/`` and ``bench/soak.py``. No mocks: faults are signals sent to real
+processes (the Spark driver JVM, the Airflow task process, the broker, PostgreSQL) and real Airflow
+operations (clearing a run, ``airflow backfill create``).
+
+:class:`Standalone` runs ``airflow standalone`` in a temporary ``AIRFLOW_HOME`` in its own session
+(process group). :meth:`Standalone.stop` stops that group **and** every process found under it by
+a psutil tree walk from its PID (task processes, ``spark-submit`` JVMs), first with SIGTERM, then
+SIGKILL — by PID, never by name.
+
+:func:`check_pipeline` reads the sink back with pyarrow (not Spark, not the job's code) and says
+what is wrong: a record missing and not recorded as lost, a record twice, the consumer group short
+of the end, a batch left in planned/running/replaying/failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import psutil
+import requests
+
+from airflow_kafka_backpressure.engines.process import stop_processes
+from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets
+from airflow_kafka_backpressure.ledger import Ledger
+from airflow_kafka_backpressure.local.broker import free_port
+from airflow_kafka_backpressure.models import TopicPartition
+from airflow_kafka_backpressure.pipeline import PipelineConfig
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_FILE = REPO / "dags" / "kafka_backpressure_pipelines.py"
+#: Environment variable of the test-only pause point after the sink commit (see ``_fault_points``).
+PAUSE_DIR_ENV = "KBP_TEST_PAUSE_AFTER_COMMIT_DIR"
+IN_FLIGHT = ("planned", "running", "replaying")
+
+
+class HarnessError(RuntimeError):
+    pass
+
+
+def wait_for(
+    what: str, check: Callable[[], Any], timeout_s: float, every_s: float = 1.0,
+    transient: tuple[type[BaseException], ...] = (requests.RequestException, OSError),
+) -> Any:
+    """Poll ``check`` until it returns something truthy; HarnessError naming ``what`` after the
+    timeout. ``transient`` errors (a service between restarts) count as not yet."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except transient as e:
+            last_error = e
+        if time.monotonic() > deadline:
+            raise HarnessError(f"timed out after {timeout_s:.0f}s waiting for {what}" + (f" ({last_error})" if last_error else ""))
+        time.sleep(every_s)
+
+
+# ----- process trees --------------------------------------------------------------------------------
+def process_tree(pid: int) -> list[psutil.Process]:
+    """``pid``, everything under it, and every process of its session (a task process re-parented
+    to init after its supervisor died is still in the session)."""
+    found: dict[int, psutil.Process] = {}
+    try:
+        root = psutil.Process(pid)
+        found[pid] = root
+        for c in root.children(recursive=True):
+            found[c.pid] = c
+    except psutil.Error:
+        pass
+    for p in psutil.process_iter():
+        try:
+            if p.pid not in found and os.getsid(p.pid) == pid:
+                found[p.pid] = p
+                for c in p.children(recursive=True):
+                    found[c.pid] = c
+        except (psutil.Error, OSError):
+            continue
+    return list(found.values())
+
+
+def stop_tree(pid: int, grace_s: float = 15.0) -> list[int]:
+    """SIGTERM the session/group of ``pid`` and every process under it, SIGKILL what is left after
+    ``grace_s`` (and what started meanwhile); returns the PIDs that had to be killed."""
+    procs = process_tree(pid)
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except OSError:
+        pass
+    killed = stop_processes(procs, grace_s=grace_s)
+    return killed + stop_processes([p for p in process_tree(pid) if p.is_running()], grace_s=1.0)
+
+
+def cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
+# ----- airflow standalone -------------------------------------------------------------------------
+@dataclass
+class Standalone:
+    """``airflow standalone`` for ``pipelines`` in ``home``; connections as environment variables."""
+
+    home: Path
+    pipelines: list[PipelineConfig]
+    connections: dict[str, dict[str, Any]]
+    extra_env: dict[str, str] = field(default_factory=dict)
+    port: int = 0
+    proc: subprocess.Popen | None = None
+    _token: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "KBP_"))}
+        venv_bin = str(Path(sys.executable).parent)
+        dags = self.home / "dags"
+        env.update({
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(48),
+            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(32),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "KBP_PIPELINES_FILE": str(self.home / "pipelines.json"),
+            "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
+            "PYTHONPATH": str(REPO),  # this checkout wins, in tasks and in the Spark driver
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+            "TMPDIR": str(self.home / "tmp"),
+        })
+        for conn_id, conn in self.connections.items():
+            env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(conn)
+        env.update(self.extra_env)
+        return env
+
+    def airflow(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        """An ``airflow`` CLI command against this installation (again while SQLite says locked)."""
+        for _ in range(10):
+            done = subprocess.run(
+                [str(Path(sys.executable).parent / "airflow"), *args], env=self.env(), capture_output=True,
+                text=True, timeout=timeout_s, cwd=self.home,
+            )
+            if done.returncode == 0 or "database is locked" not in done.stdout + done.stderr:
+                break
+            time.sleep(2)
+        return done
+
+    def start(self, timeout_s: float = 180) -> Standalone:
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "tmp").mkdir(exist_ok=True)
+        (self.home / "dags").mkdir(exist_ok=True)
+        shutil.copy(DAG_FILE, self.home / "dags" / DAG_FILE.name)
+        (self.home / "pipelines.json").write_text(json.dumps({"pipelines": [p.to_dict() for p in self.pipelines]}))
+        self.port = self.port or free_port()
+        migrated = self.airflow("db", "migrate")
+        if migrated.returncode != 0:
+            raise HarnessError(f"airflow db migrate failed:\n{migrated.stderr[-3000:]}")
+        log = open(self.home / "standalone.log", "ab")
+        try:
+            self.proc = subprocess.Popen(
+                [str(Path(sys.executable).parent / "airflow"), "standalone"], env=self.env(), cwd=self.home,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        finally:
+            log.close()
+
+        def healthy() -> bool:
+            if self.proc.poll() is not None:
+                raise HarnessError(f"airflow standalone exited ({self.proc.returncode}); see {self.home / 'standalone.log'}")
+            r = requests.get(f"{self.url}/api/v2/monitor/health", timeout=5)
+            return r.ok and r.json().get("scheduler", {}).get("status") == "healthy"
+
+        try:
+            wait_for("airflow standalone to be healthy", healthy, timeout_s)
+            for p in self.pipelines:
+                for dag_id in (p.ingest_dag_id, p.replay_dag_id):
+                    wait_for(f"DAG {dag_id} to be parsed", lambda d=dag_id: self.get(f"/api/v2/dags/{d}", ok404=True), timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> list[int]:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return []
+        killed = stop_tree(proc.pid)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        return killed
+
+    # ----- REST ---------------------------------------------------------------------------------
+    def token(self) -> str:
+        if self._token is None:
+            pw_file = self.home / "simple_auth_manager_passwords.json.generated"
+            password = wait_for("the admin password file", lambda: pw_file.exists() and json.loads(pw_file.read_text()).get("admin"), 60)
+            r = requests.post(f"{self.url}/auth/token", json={"username": "admin", "password": password}, timeout=10)
+            r.raise_for_status()
+            self._token = r.json()["access_token"]
+        return self._token
+
+    def _request(self, method: str, path: str, **kw: Any) -> requests.Response:
+        r = requests.request(method, f"{self.url}{path}", headers={"Authorization": f"Bearer {self.token()}"}, timeout=30, **kw)
+        if r.status_code == 401:  # expired token
+            self._token = None
+            r = requests.request(method, f"{self.url}{path}", headers={"Authorization": f"Bearer {self.token()}"}, timeout=30, **kw)
+        return r
+
+    def get(self, path: str, ok404: bool = False, **params: Any) -> Any:
+        r = self._request("GET", path, params=params)
+        if ok404 and r.status_code == 404:
+            return None
+        if not r.ok:
+            raise HarnessError(f"GET {path}: {r.status_code} {r.text[:500]}")
+        return r.json()
+
+    def call(self, method: str, path: str, body: Any) -> Any:
+        r = self._request(method, path, json=body)
+        if not r.ok:
+            raise HarnessError(f"{method} {path}: {r.status_code} {r.text[:500]}")
+        return r.json() if r.content else None
+
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        self.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": paused})
+
+    def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return self.get(f"/api/v2/dags/{dag_id}/dagRuns", limit=100, order_by="-run_after")["dag_runs"]
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+
+    def clear_run(self, dag_id: str, run_id: str) -> None:
+        self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/clear", {"dry_run": False})
+
+    def set_variable(self, key: str, value: str) -> None:
+        r = self._request("PATCH", f"/api/v2/variables/{key}", json={"key": key, "value": value})
+        if r.status_code == 404:
+            self.call("POST", "/api/v2/variables", {"key": key, "value": value})
+        elif not r.ok:
+            raise HarnessError(f"PATCH variable {key}: {r.status_code} {r.text[:500]}")
+
+    def active_runs(self, dag_ids: Iterable[str]) -> list[tuple[str, str]]:
+        return [(d, r["dag_run_id"]) for d in dag_ids for r in self.dag_runs(d) if r["state"] in ("queued", "running")]
+
+    def quiesce(self, p: PipelineConfig, timeout_s: float = 240) -> None:
+        """Stop the pipeline: pause its DAGs, let the tasks already running end, then mark the runs
+        left behind failed (a paused DAG's runs are not scheduled: their remaining tasks would wait)."""
+        dag_ids = (p.ingest_dag_id, p.replay_dag_id)
+        for d in dag_ids:
+            self.set_paused(d, True)
+
+        def no_task_running() -> bool:
+            return not [
+                ti for d, run_id in self.active_runs(dag_ids) for ti in self.task_instances(d, run_id)
+                if ti["state"] in ("running", "queued", "restarting")
+            ]
+
+        wait_for(f"the running tasks of {p.name} to end", no_task_running, timeout_s, every_s=2)
+        for d, run_id in self.active_runs(dag_ids):
+            self.call("PATCH", f"/api/v2/dags/{d}/dagRuns/{run_id}", {"state": "failed"})
+
+    def tasks_running_longer_than(self, p: PipelineConfig, seconds: float) -> list[str]:
+        """The pipeline's task instances that have been running for more than ``seconds``."""
+        now = datetime.now(timezone.utc)
+        out = []
+        dag_ids = (p.ingest_dag_id, p.replay_dag_id)
+        for d, run_id in self.active_runs(dag_ids):
+            for ti in self.task_instances(d, run_id):
+                if ti["state"] == "running" and ti.get("start_date"):
+                    started = datetime.fromisoformat(ti["start_date"].replace("Z", "+00:00"))
+                    if (now - started).total_seconds() > seconds:
+                        out.append(f"{d}/{run_id}/{ti['task_id']}")
+        return out
+
+    def task_processes(self, dag_id: str, task_id: str) -> list[psutil.Process]:
+        """Task processes of this installation running ``dag_id``/``task_id`` (their command lines
+        name neither, so: the parents of JVMs, found through the supervisor's process title)."""
+        if self.proc is None:
+            return []
+        out = []
+        for p in process_tree(self.proc.pid):
+            line = cmdline(p)
+            if dag_id in line and task_id in line:
+                out.append(p)
+        return out
+
+    def spark_drivers(self, app_name: str) -> list[psutil.Process]:
+        """The spark-submit JVMs (the driver, client mode) running application ``app_name``."""
+        if self.proc is None:
+            return []
+        return [
+            p for p in process_tree(self.proc.pid)
+            if "org.apache.spark.deploy.SparkSubmit" in cmdline(p) and app_name in cmdline(p)
+        ]
+
+
+# ----- checks -------------------------------------------------------------------------------------
+def sink_offsets(sink: str) -> Counter:
+    """(partition, offset) of every record in the sink, read with pyarrow."""
+    import pyarrow.dataset as ds
+
+    if not Path(sink).exists():
+        return Counter()
+    data = ds.dataset(sink, format="parquet", partitioning="hive")
+    if "offset" not in data.schema.names:  # no batch committed yet
+        return Counter()
+    table = data.to_table(columns=["partition", "offset"])
+    return Counter(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
+
+
+@dataclass
+class Outcome:
+    """What :func:`check_pipeline` found, record by record."""
+
+    produced: int
+    written: int
+    missing: list[tuple[int, int]]  # not in the sink and not recorded as lost
+    lost: list[tuple[int, int]]  # recorded as lost by the ledger
+    duplicated: list[tuple[int, int]]
+    committed_short: dict[str, tuple[int, int]]  # partition -> (committed, end)
+    stuck: list[tuple[int, str]]  # (batch id, status) not finished
+    statuses: Counter
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.duplicated or self.committed_short or self.stuck)
+
+    def summary(self) -> str:
+        return (
+            f"produced {self.produced}, written {self.written}, lost {len(self.lost)}, "
+            f"missing {len(self.missing)} {self.missing[:5]}, duplicated {len(self.duplicated)} {self.duplicated[:5]}, "
+            f"group short {self.committed_short}, stuck {self.stuck}, batches {dict(self.statuses)}"
+        )
+
+
+def check_pipeline(p: PipelineConfig, ledger_url: str, bootstrap: str) -> Outcome:
+    """Every offset of the topic in the sink exactly once or recorded as lost by the ledger, the
+    consumer group committed to the end of every partition, no batch unfinished."""
+    with KafkaOffsets({"bootstrap.servers": bootstrap}) as k:
+        tps = k.partitions(p.topics)
+        ends = k.latest_offsets(tps)
+        starts = k.earliest_offsets(tps)
+        committed = k.committed_offsets(p.group, tps)
+    ledger = Ledger(ledger_url)
+    try:
+        batches = ledger.recent_batches(p.name, 100_000)
+        lost = {
+            (s.partition, o)
+            for b in ledger.losses(p.name, 100_000)
+            for s in b.spans
+            for o in range(s.from_offset, s.until_offset)
+        }
+    finally:
+        ledger.dispose()
+    seen = sink_offsets(p.sink)
+    expected = {(tp.partition, o) for tp in tps for o in range(starts[tp], ends[tp])}
+    return Outcome(
+        produced=len(expected),
+        written=sum(seen.values()),
+        missing=sorted(expected - set(seen) - lost),
+        lost=sorted(lost),
+        duplicated=sorted(k for k, n in seen.items() if n > 1),
+        committed_short={
+            str(tp): (committed.get(tp, -1), ends[tp]) for tp in tps if committed.get(tp, -1) < ends[tp]
+        },
+        stuck=[(b.batch_id, b.status) for b in batches if b.status in (*IN_FLIGHT, "failed")],
+        statuses=Counter(b.status for b in batches),
+    )
+
+
+def produced_end(bootstrap: str, topic: str) -> dict[TopicPartition, int]:
+    with KafkaOffsets({"bootstrap.servers": bootstrap}) as k:
+        return k.latest_offsets(k.partitions([topic]))
+
+
+def wait_until_consistent(
+    standalone: Standalone, p: PipelineConfig, ledger_url: str, bootstrap: str, timeout_s: float
+) -> tuple[Outcome, float]:
+    """Poll :func:`check_pipeline` until it holds (the pipeline recovered); returns the outcome and
+    the seconds it took. On timeout: the last outcome, with the DAG runs' states in the error."""
+    started = time.monotonic()
+    last: list[Outcome] = []
+
+    def consistent() -> bool:
+        last[:] = [check_pipeline(p, ledger_url, bootstrap)]
+        return last[0].ok
+
+    try:
+        # the ledger may not exist yet, or be restarting: not consistent yet
+        wait_for(f"pipeline {p.name} to hold every record exactly once", consistent, timeout_s, every_s=3, transient=(Exception,))
+    except HarnessError as e:
+        runs = {d: [(r["dag_run_id"], r["state"]) for r in standalone.dag_runs(d)[:6]] for d in (p.ingest_dag_id, p.replay_dag_id)}
+        raise HarnessError(f"{e}: {last[0].summary() if last else 'no check ran'}; runs {runs}") from None
+    return last[0], time.monotonic() - started

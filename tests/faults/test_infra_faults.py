@@ -1,0 +1,53 @@
+"""The pipeline's services fail under a real scheduler: the broker frozen (SIGSTOP) for longer than
+every timeout, and the ledger's PostgreSQL stopped and restarted, each while a batch is in flight."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from .conftest import STEP_TIMEOUT_S
+from .harness import wait_for
+
+FREEZE_S = 45  # longer than the Kafka client timeouts (10 s) and the reader's stall timeout (20 s)
+LEDGER_DOWN_S = 30
+
+
+def test_a_broker_frozen_longer_than_the_timeouts_costs_no_record(rig):
+    p = rig.pipeline("broker_freeze")
+    rig.produce(p, 300, 0)
+    rig.start(p)
+    wait_for("a Spark driver of the pipeline", lambda: rig.standalone.spark_drivers(f"kbp-{p.name}-batch-"), STEP_TIMEOUT_S, every_s=0.5)
+    time.sleep(2)
+    os.kill(rig.broker.pid, signal.SIGSTOP)
+    try:
+        time.sleep(FREEZE_S)
+        # every wait is bounded: no task of the pipeline has been running for the whole freeze
+        stuck = rig.standalone.tasks_running_longer_than(p, FREEZE_S)
+    finally:
+        os.kill(rig.broker.pid, signal.SIGCONT)
+    assert not stuck, f"tasks still waiting on the frozen broker after {FREEZE_S}s: {stuck}"
+    rig.produce(p, 100, 300)
+
+    rig.assert_recovered(p, 400, f"broker frozen {FREEZE_S}s")
+
+
+def test_the_ledger_database_stopped_and_restarted_mid_batch(rig):
+    p = rig.pipeline("pg_outage")
+    if not rig.ledger_urls[p.name].startswith("postgresql"):
+        pytest.skip("no local PostgreSQL server (KBP_SKIP_POSTGRES=1)")
+    rig.produce(p, 300, 0)
+    rig.start(p)
+    wait_for("a Spark driver of the pipeline", lambda: rig.standalone.spark_drivers(f"kbp-{p.name}-batch-"), STEP_TIMEOUT_S, every_s=0.5)
+    time.sleep(2)
+    rig.postgres.shutdown()
+    try:
+        time.sleep(LEDGER_DOWN_S)
+    finally:
+        rig.postgres.restart()
+    rig.produce(p, 100, 300)
+
+    rig.assert_recovered(p, 400, f"ledger down {LEDGER_DOWN_S}s")

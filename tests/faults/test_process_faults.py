@@ -1,0 +1,47 @@
+"""Processes killed mid-batch under a real scheduler: the Spark driver, and the Airflow task after
+its batch's output was swapped into the sink but before the ledger marked it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from .conftest import STEP_TIMEOUT_S
+from .harness import wait_for
+
+
+def test_sigkill_of_the_spark_driver_mid_batch_is_replayed_exactly_once(rig):
+    p = rig.pipeline("driver_kill")
+    rig.produce(p, 300, 0)
+    rig.start(p)
+    app = f"kbp-{p.name}-batch-"
+    driver = wait_for("a Spark driver of the pipeline", lambda: rig.standalone.spark_drivers(app), STEP_TIMEOUT_S, every_s=0.5)[0]
+    time.sleep(4)  # the JVM is up and running the job
+    killed_batch = int(" ".join(driver.cmdline()).split(app, 1)[1].split()[0])
+    driver.send_signal(signal.SIGKILL)
+    rig.produce(p, 100, 300)
+
+    rig.assert_recovered(p, 400, "driver kill")
+    killed = rig.ledger(p).batch(killed_batch)
+    assert killed.status in ("replayed", "succeeded"), killed
+    assert killed.attempts >= 2, killed  # the killed attempt, then the one that wrote it
+
+
+def test_sigkill_of_the_task_after_the_sink_swap_leaves_one_copy(rig):
+    p = rig.pipeline("swap_kill")
+    (rig.pause_dir / f"{p.name}.arm").touch()
+    rig.produce(p, 300, 0)
+    rig.start(p)
+    paused = rig.pause_dir / f"{p.name}.paused"
+    wait_for("a batch paused after its sink commit", paused.exists, STEP_TIMEOUT_S, every_s=0.5)
+    pid, batch_id = (int(x) for x in paused.read_text().split())
+    ledger = rig.ledger(p)
+    assert ledger.batch(batch_id).status == "running"  # written, not marked
+    assert (Path(p.sink) / f"batch_id={batch_id}" / "_manifest.json").exists()  # swapped in
+    os.kill(pid, signal.SIGKILL)
+    rig.produce(p, 100, 300)
+
+    rig.assert_recovered(p, 400, "task kill after swap")
+    assert ledger.batch(batch_id).status == "replayed", ledger.batch(batch_id)
