@@ -13,9 +13,12 @@ def test_a_cleared_old_run_rewrites_its_batch_once(rig):
     p = rig.pipeline("cleared_run")
     rig.produce(p, 300, 0)
     rig.start(p)
-    outcome, _ = rig.recover(p)  # batches written, then the pipeline paused
-    assert outcome.ok, outcome.summary()
     ledger = rig.ledger(p)
+    wait_for("a first batch", lambda: ledger.recent_batches(p.name, 10, ["succeeded"]), STEP_TIMEOUT_S, every_s=2,
+             transient=(Exception,))  # the ledger is created by the first task
+    rig.produce(p, 100, 300)
+    outcome, _ = rig.recover(p)  # batches written, then the pipeline stopped
+    assert outcome.ok, outcome.summary()
     first = min((b for b in ledger.recent_batches(p.name, 100) if b.records), key=lambda b: b.batch_id)
     newer = [b.batch_id for b in ledger.recent_batches(p.name, 100) if b.batch_id > first.batch_id and b.records]
     assert newer, "the scenario needs batches after the cleared one"
@@ -27,7 +30,6 @@ def test_a_cleared_old_run_rewrites_its_batch_once(rig):
         lambda: ledger.batch(first.batch_id).attempts > first.attempts and ledger.batch(first.batch_id).status == "succeeded",
         STEP_TIMEOUT_S, every_s=2,
     )
-    rig.produce(p, 100, 300)
     rig.assert_recovered(p, 400, "cleared run")
 
 
