@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval-s", type=float, default=15.0, help="batch interval")
     ap.add_argument("--freeze-s", type=float, default=40.0)
     ap.add_argument("--outage-s", type=float, default=25.0)
+    ap.add_argument("--max-minutes", type=float, default=None,
+                    help="stop producing after this long even if fewer batches ran (the report says how many)")
     ap.add_argument("--recover-timeout-s", type=float, default=600.0)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--work-dir", default=str(REPO / ".tmp" / f"soak-{os.getpid()}"))
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         p = PipelineConfig(
             name="soak", topics=("soak-events",), sink=str(root / "sink"), ledger_conn_id="kbp_ledger_soak",
             batch_interval_s=args.interval_s, replay_interval_s=args.interval_s * 4 / 3, lease_s=20,
-            stall_timeout_s=20, batch_timeout_s=240, reader="python", driver_memory="512m",
+            stall_timeout_s=20, batch_timeout_s=480, reader="python", driver_memory="512m",
         )
         ensure_topic(broker.bootstrap, p.topics[0], 2)
         pause_dir = root / "pause"
@@ -133,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
                     pending.remove(item)
 
         app = f"kbp-{p.name}-batch-"
-        while len(batches()) < args.batches:
+        deadline = None if args.max_minutes is None else started + args.max_minutes * 60
+        while len(batches()) < args.batches and (deadline is None or time.monotonic() < deadline):
             settle_pending()
             drivers = [d for d in standalone.spark_drivers(app) if d.pid not in seen_apps]
             if not drivers:
@@ -188,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             "unrecovered_faults": [k for k, _, _ in pending],
             "recover_at_end_s": round(took),
             "wall_s": round(total_s),
+            "stopped_by": "batches" if len(all_batches) >= args.batches else "max-minutes",
         }
         print(json.dumps(report, indent=2), flush=True)
         ok = outcome.ok and not pending

@@ -29,7 +29,7 @@ SCENARIOS = ("driver_kill", "swap_kill", "broker_freeze", "pg_outage", "cleared_
 PARTITIONS = 2
 #: Short intervals: a batch every 15 s, a replay look every 20 s, leases of 20 s.
 PIPELINE_DEFAULTS = dict(
-    batch_interval_s=15, replay_interval_s=20, lease_s=20, stall_timeout_s=20, batch_timeout_s=240,
+    batch_interval_s=15, replay_interval_s=20, lease_s=20, stall_timeout_s=20, batch_timeout_s=480,
     reader="python", driver_memory="512m",
 )
 #: The first batch takes the backlog (few batches per scenario: a batch takes 20 s to minutes here).
