@@ -292,16 +292,13 @@ class Standalone:
         for d, run_id in self.active_runs(dag_ids):
             self.call("PATCH", f"/api/v2/dags/{d}/dagRuns/{run_id}", {"state": "failed"})
 
-    def tasks_running_longer_than(self, p: PipelineConfig, seconds: float) -> list[str]:
-        """The pipeline's task instances that have been running for more than ``seconds``."""
-        now = datetime.now(timezone.utc)
+    def tasks_running_since(self, p: PipelineConfig, before: datetime) -> list[str]:
+        """The pipeline's task instances running now that started before ``before``."""
         out = []
-        dag_ids = (p.ingest_dag_id, p.replay_dag_id)
-        for d, run_id in self.active_runs(dag_ids):
+        for d, run_id in self.active_runs((p.ingest_dag_id, p.replay_dag_id)):
             for ti in self.task_instances(d, run_id):
                 if ti["state"] == "running" and ti.get("start_date"):
-                    started = datetime.fromisoformat(ti["start_date"].replace("Z", "+00:00"))
-                    if (now - started).total_seconds() > seconds:
+                    if datetime.fromisoformat(ti["start_date"].replace("Z", "+00:00")) < before:
                         out.append(f"{d}/{run_id}/{ti['task_id']}")
         return out
 
