@@ -103,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
 
         def producer() -> None:
             while not stop_producing.is_set():
-                produced[0] += produce(broker.bootstrap, p.topics[0], count=int(args.rate), partitions=2, start_id=produced[0])
+                try:
+                    produced[0] += produce(broker.bootstrap, p.topics[0], count=int(args.rate), partitions=2, start_id=produced[0])
+                except Exception as e:  # noqa: BLE001 - the broker is frozen (an injected fault): try again
+                    print(f"producer: {type(e).__name__}: {e}; retrying", flush=True)
                 stop_producing.wait(1.0)
 
         threading.Thread(target=producer, daemon=True).start()
