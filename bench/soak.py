@@ -37,6 +37,8 @@ from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import psutil
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -213,7 +215,10 @@ def inject(kind: str, *, driver, standalone: Standalone, broker: TansuBroker, po
            p: PipelineConfig, ledger: Ledger, pause_dir: Path, args, rng: random.Random) -> None:
     if kind == "driver_kill":
         time.sleep(rng.uniform(1, 5))
-        driver.send_signal(signal.SIGKILL)
+        try:
+            driver.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            raise HarnessError("the driver ended before the kill") from None
     elif kind == "swap_kill":
         (pause_dir / f"{p.name}.arm").touch()
         paused = pause_dir / f"{p.name}.paused"
