@@ -210,8 +210,15 @@ def overview(user: Any, ledger: Ledger, pipeline: str, limit: int, stale_after_s
         "stale_after_s": stale_after_s,
         "batches": batches(ledger, pipeline, limit),
         "replayable": replayable(ledger, pipeline, stale_after_s),
+        "losses": losses(ledger, pipeline, limit),
         **read_state(user, pipeline),
     }
+
+
+def losses(ledger: Ledger, pipeline: str, limit: int) -> list[dict[str, Any]]:
+    """Per batch with recorded losses (newest first): status, ``lost`` (records) and the spans with
+    their kind (plan, replay, abandon) and reason."""
+    return [b.to_dict() for b in ledger.losses(pipeline, limit)]
 
 
 # --------------------------------------------------------------------------------------------------
