@@ -77,7 +77,9 @@ def fence_problem(
 def _newer(batch_id: int, attempt: int, token: str, what: str) -> str:
     return (
         f"batch {batch_id}: attempt {attempt} (token {token[:8]}…) is older than the batch's newest attempt: "
-        f"{what}. This attempt's output is discarded (fencing); the newest attempt decides the batch"
+        f"{what}. This attempt's output is discarded (fencing); the newest attempt decides the batch. "
+        f"(Only if the ledger was reset or moved — its attempt numbers restarted — delete the sink's "
+        f"{FENCE_PREFIX}{int(batch_id)}.json and run the batch again.)"
     )
 
 

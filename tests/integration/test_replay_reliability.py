@@ -156,6 +156,7 @@ def test_a_batch_written_but_not_marked_is_adopted_without_reading_again(make_pi
     from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
 
     p, ledger = make_pipeline(replay_interval_s=20)
+    ledger.upgrade()  # what the DAG's tasks do on first use
     topic = p.topics[0]
     produce(kafka_broker.bootstrap, topic, count=40, partitions=4)
     plan = ledger.record_plan(
@@ -163,7 +164,7 @@ def test_a_batch_written_but_not_marked_is_adopted_without_reading_again(make_pi
         p.batch_interval_ms, int(time.time() * 1000),
     )
     dead = "deadbeef" * 4
-    row = ledger.mark_running(plan.batch_id, executors=1, token=dead, lease_ms=60_000)
+    row = ledger.mark_running(plan.batch_id, executors=1, token=dead, lease_ms=3_600_000)
     metrics = SparkBatchHook.for_pipeline(p).run(
         plan, 1, {"bootstrap.servers": kafka_broker.bootstrap}, token=dead, attempt=row.attempts
     )
