@@ -70,12 +70,50 @@ def test_a_newer_attempt_that_starts_while_an_older_one_writes_wins_at_commit(sp
     assert sink_mod.leftovers(root, 1) == []
 
 
-def test_a_reader_never_finds_a_replaced_batch_missing_or_doubled(spark, tmp_path):
-    """While a batch is replaced again and again, a reader polling the sink root sees exactly one
-    complete copy every time (the local swap is one renameat2(RENAME_EXCHANGE))."""
+class RenameWatch:
+    """Every rename under one directory, as Linux inotify reports it (IN_MOVED_FROM / IN_MOVED_TO
+    with the entry's name), read through ctypes."""
+
+    IN_MOVED_FROM, IN_MOVED_TO, IN_NONBLOCK = 0x40, 0x80, 0o4000
+
+    def __init__(self, path: Path) -> None:
+        import ctypes
+
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(self.IN_NONBLOCK)
+        assert self.fd >= 0, ctypes.get_errno()
+        wd = self.libc.inotify_add_watch(self.fd, os.fsencode(str(path)), self.IN_MOVED_FROM | self.IN_MOVED_TO)
+        assert wd >= 0, ctypes.get_errno()
+
+    def events(self) -> list[tuple[str, str]]:
+        import struct
+
+        out = []
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return out
+            i = 0
+            while i < len(data):
+                _, mask, _, n = struct.unpack_from("iIII", data, i)
+                name = data[i + 16 : i + 16 + n].rstrip(b"\0").decode()
+                out.append(("from" if mask & self.IN_MOVED_FROM else "to", name))
+                i += 16 + n
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def test_a_replaced_batch_is_swapped_in_one_step_never_missing_or_doubled(spark, tmp_path):
+    """While a batch is replaced again and again: the committed version is never renamed away to
+    wait for the new one (the two-rename fallback's window, seen as a move to ``_kbp_replaced_*``):
+    on a local sink the swap is one renameat2(RENAME_EXCHANGE) with the staging directory. A reader
+    polling the root meanwhile always finds the batch, and only one visible copy."""
     sink = tmp_path / "sink"
     write(spark, sink, range(4), attempt=1, token="a" * 32)
     final = sink / "batch_id=1"
+    watch = RenameWatch(sink)
     stop = threading.Event()
     seen = {"polls": 0, "missing": 0, "visible_copies": set()}
 
@@ -83,7 +121,7 @@ def test_a_reader_never_finds_a_replaced_batch_missing_or_doubled(spark, tmp_pat
         while not stop.is_set():
             visible = [n for n in os.listdir(sink) if not n.startswith(("_", "."))]
             seen["visible_copies"].add(len(visible))
-            try:  # the committed batch's path always resolves to a directory with a manifest
+            try:  # the committed batch's path always resolves to a directory
                 fd = os.open(final, os.O_RDONLY | os.O_DIRECTORY)
             except FileNotFoundError:
                 seen["missing"] += 1
@@ -94,11 +132,18 @@ def test_a_reader_never_finds_a_replaced_batch_missing_or_doubled(spark, tmp_pat
     t = threading.Thread(target=reader, daemon=True)
     t.start()
     try:
-        for attempt in range(2, 8):
+        for attempt in range(2, 6):
             write(spark, sink, range(4), attempt=attempt, token=f"{attempt:032d}")
     finally:
         stop.set()
         t.join(10)
+    events = watch.events()
+    watch.close()
+    moved_to = [name for kind, name in events if kind == "to"]
+    assert moved_to.count("batch_id=1") == 4  # each replacement moved a new version in ...
+    assert not [n for n in moved_to if n.startswith("_kbp_replaced_")], events  # ... never the old one aside
+    # ... and the old version went where the new one came from (the exchange), to be deleted there
+    assert sorted(n for n in moved_to if n.startswith("_kbp_staging_1_")) == [f"_kbp_staging_1_{a:032d}" for a in range(2, 6)]
     assert seen["polls"] > 100
     assert seen["missing"] == 0 and seen["visible_copies"] == {1}
     assert ids(sink) == [0, 1, 2, 3] and sink_mod.leftovers(str(sink), 1) == []
