@@ -7,11 +7,9 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from ..pipeline import PipelineConfig
+from ..pipeline import DEFAULT_STALE_AFTER_S, PipelineConfig
 from .batch import BatchRunningOperator
 from .common import commit_progress, load_executor_target, load_settings
-
-DEFAULT_STALE_AFTER_S = 24 * 3600.0
 
 
 def stale_before_ms(pipeline: PipelineConfig, now_ms: int | None = None) -> int:
