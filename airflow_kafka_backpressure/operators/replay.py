@@ -9,12 +9,10 @@ from airflow.sdk import Context
 
 from ..ledger import BatchRecord, LeaseLost
 from ..models import Adoption, BatchMetrics
-from ..pipeline import PipelineConfig
+from ..pipeline import DEFAULT_STALE_AFTER_S, PipelineConfig
 from ..replay_decision import retention_decision, trimmed_plan
 from .batch import BatchRunningOperator
 from .common import commit_progress, load_executor_target, load_settings
-
-DEFAULT_STALE_AFTER_S = 24 * 3600.0
 
 
 def stale_before_ms(pipeline: PipelineConfig, now_ms: int | None = None) -> int:
