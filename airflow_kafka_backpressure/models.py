@@ -180,6 +180,8 @@ class BatchMetrics:
     committed_at_ms: int
     executors: int
     partitions: tuple[PartitionCount, ...] = ()
+    #: the batch's output was already committed by an earlier attempt and taken over (no read)
+    adopted: bool = False
 
     @property
     def processing_ms(self) -> int:
@@ -196,6 +198,7 @@ class BatchMetrics:
             "processing_ms": self.processing_ms,
             "executors": self.executors,
             "partitions": [p.to_dict() for p in self.partitions],
+            "adopted": self.adopted,
         }
 
     @classmethod
@@ -209,7 +212,26 @@ class BatchMetrics:
             committed_at_ms=int(d["committed_at_ms"]),
             executors=int(d["executors"]),
             partitions=tuple(PartitionCount.from_dict(p) for p in d.get("partitions", ())),
+            adopted=bool(d.get("adopted", False)),
         )
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """What a replay may take over instead of reading again: the sink version committed by the
+    attempt ``token`` (the batch's last owner in the ledger) for exactly ``ranges`` of the pipeline,
+    with every file it lists present at its listed size. A worker that died between the sink swap
+    and marking the batch leaves exactly that."""
+
+    token: str
+    ranges: tuple[OffsetRange, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"token": self.token, "ranges": [r.to_dict() for r in self.ranges]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Adoption:
+        return cls(str(d["token"]), tuple(OffsetRange.from_dict(r) for r in d["ranges"]))
 
 
 def new_token() -> str:
@@ -238,6 +260,9 @@ class JobSpec:
     stall_timeout_s: float = 60.0
     min_partitions: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: the ledger's attempt number of this attempt (fences the sink commit; None: unfenced)
+    attempt: int | None = None
+    adopt: Adoption | None = None
 
     def __post_init__(self) -> None:
         if self.reader not in ("auto", "python", "native"):
@@ -261,6 +286,8 @@ class JobSpec:
             "stall_timeout_s": self.stall_timeout_s,
             "min_partitions": self.min_partitions,
             "options": dict(self.options),
+            "attempt": self.attempt,
+            "adopt": None if self.adopt is None else self.adopt.to_dict(),
         }
 
     @classmethod
@@ -276,4 +303,6 @@ class JobSpec:
             stall_timeout_s=float(d.get("stall_timeout_s", 60.0)),
             min_partitions=None if d.get("min_partitions") is None else int(d["min_partitions"]),
             options=dict(d.get("options", {})),
+            attempt=None if d.get("attempt") is None else int(d["attempt"]),
+            adopt=None if not d.get("adopt") else Adoption.from_dict(d["adopt"]),
         )

@@ -27,6 +27,8 @@ ENGINES = ("submit", "connect")
 #: Default batch timeout: this many batch intervals, but never less than MIN_BATCH_TIMEOUT_S.
 BATCH_TIMEOUT_INTERVALS = 5
 MIN_BATCH_TIMEOUT_S = 600.0
+#: A planned/running batch with no activity this long counts as abandoned (when ``stale_after_s`` is unset).
+DEFAULT_STALE_AFTER_S = 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class PipelineConfig:
     batch_timeout_s: float | None = None  # a batch's Spark work is stopped after this; default below
     reader_options: dict[str, Any] = field(default_factory=dict)  # extra options of the Kafka range reader
     replay_interval_s: float | None = None  # how often the replay DAG looks; default 5 x batch interval
-    stale_after_s: float | None = None  # a batch planned/running this long is replayable; default 1 day
+    stale_after_s: float | None = None  # a batch planned/running this long is replayable; None: DEFAULT_STALE_AFTER_S
     lease_s: float | None = None  # a running batch whose worker showed no sign of life this long is replayable; default 120
     replay_deferrable: bool = True  # the replay sensor waits in the triggerer, not in a worker slot
     start_date: str = "2026-01-01"

@@ -145,6 +145,77 @@ class Location:
             raise StorageError(f"cannot rename {self.uri} to {target.uri}: {e}") from e
 
 
+    def exchange_with(self, target: Location) -> bool:
+        """Swap this directory and ``target`` (both exist) in one atomic step, so that a reader sees
+        either the old or the new ``target``, never neither nor both. Local filesystems on Linux:
+        ``renameat2(RENAME_EXCHANGE)``. Returns False — nothing changed — where no atomic exchange
+        exists (object stores, HDFS, other systems, filesystems without it): the caller falls back
+        to two renames."""
+        if not _is_local(self.fs):
+            return False
+        try:
+            return rename_exchange(self.path, target.path)
+        except OSError as e:
+            raise StorageError(f"cannot exchange {self.uri} and {target.uri}: {e}") from e
+
+    def move_no_replace(self, target: Location) -> bool:
+        """Rename to ``target`` only if ``target`` does not exist (atomic test-and-rename, local
+        Linux filesystems: ``renameat2(RENAME_NOREPLACE)``). Returns False if ``target`` appeared
+        meanwhile. Elsewhere: an existence check and a rename (a race is possible there)."""
+        if _is_local(self.fs):
+            try:
+                done = _renameat2(self.path, target.path, RENAME_NOREPLACE)
+            except FileExistsError:
+                return False
+            except OSError as e:
+                raise StorageError(f"cannot rename {self.uri} to {target.uri}: {e}") from e
+            if done:
+                return True
+        if target.exists():
+            return False
+        self.move_to(target)
+        return True
+
+
+#: flags of Linux renameat2(2)
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_libc: Any = None
+
+
+def _renameat2(old: str, new: str, flags: int) -> bool:
+    """``renameat2(AT_FDCWD, old, AT_FDCWD, new, flags)`` through ctypes. True when done; False when
+    the system has no renameat2 (not Linux, old glibc) or the filesystem does not support ``flags``
+    (EINVAL/ENOSYS/ENOTSUP); other errors raise OSError."""
+    global _libc
+    import ctypes
+    import ctypes.util
+    import errno
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    fn = getattr(_libc, "renameat2", None)
+    if fn is None:
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    if fn(_AT_FDCWD, os.fsencode(old), _AT_FDCWD, os.fsencode(new), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), old)
+
+
+def rename_exchange(a: str, b: str) -> bool:
+    """Atomically exchange the local paths ``a`` and ``b`` (both must exist); False if unsupported."""
+    return _renameat2(a, b, RENAME_EXCHANGE)
+
+
 def _is_local(fs: Any) -> bool:
     from pyarrow.fs import LocalFileSystem
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The demo, in one command: the embedded Kafka-protocol broker, demo data (a burst, then a steady
-# stream), and `airflow standalone` on 127.0.0.1 with the demo pipeline's DAGs unpaused. Every
-# minute the ingest DAG plans a batch with the PID controller, runs it on Spark (local[2]) and
-# writes Parquet under .demo/sink. Ctrl-C stops everything this script started.
+# stream), a local Spark Connect server (local[2]) and `airflow standalone` on 127.0.0.1 with the
+# demo pipeline's DAGs unpaused. Every minute the ingest DAG plans a batch with the controller,
+# runs it on the Connect server (the connect engine) and writes Parquet under .demo/sink. Ctrl-C
+# stops everything this script started.
 #
 # Settings (environment): KBP_DEMO_DIR [.demo], KBP_DEMO_UI_PORT [8080, or a free port],
-# KBP_DEMO_BROKER_PORT [19092, or a free port], KBP_DEMO_RATE [200 records/s].
+# KBP_DEMO_BROKER_PORT [19092, or a free port], KBP_DEMO_CONNECT_PORT [15002, or a free port],
+# KBP_DEMO_RATE [200 records/s], KBP_DEMO_ENGINE [connect | submit: a spark-submit per batch].
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -25,7 +27,10 @@ PY
 }
 UI_PORT="${KBP_DEMO_UI_PORT:-$(port_or_free 8080)}"
 BROKER_PORT="${KBP_DEMO_BROKER_PORT:-$(port_or_free 19092)}"
+CONNECT_PORT="${KBP_DEMO_CONNECT_PORT:-$(port_or_free 15002)}"
 BOOTSTRAP="127.0.0.1:$BROKER_PORT"
+ENGINE="${KBP_DEMO_ENGINE:-connect}"
+case "$ENGINE" in connect|submit) ;; *) echo "KBP_DEMO_ENGINE must be connect or submit, not '$ENGINE'" >&2; exit 2;; esac
 TOPIC=demo-events
 
 # Every service runs in its own session (setsid), so stopping it stops all its children too.
@@ -57,8 +62,15 @@ setsid "$PY" -m airflow_kafka_backpressure.local produce --bootstrap "$BOOTSTRAP
     --start-id 30000 --rate "${KBP_DEMO_RATE:-200}" > "$DEMO/producer.log" 2>&1 &
 pids+=($!)
 
+if [[ "$ENGINE" == connect ]]; then
+    echo "starting a Spark Connect server (local[2]) on 127.0.0.1:$CONNECT_PORT" >&2
+    setsid "$PY" -m airflow_kafka_backpressure.local spark-connect --port "$CONNECT_PORT" \
+        --work-dir "$DEMO/spark-connect" > "$DEMO/spark-connect.out" 2>&1 &
+    pids+=($!)
+fi
+
 cat > "$DEMO/pipelines.json" <<JSON
-{"pipelines": [{"name": "demo", "topics": ["$TOPIC"], "sink": "$DEMO/sink",
+{"pipelines": [{"name": "demo", "topics": ["$TOPIC"], "sink": "$DEMO/sink", "engine": "$ENGINE",
                 "batch_interval_s": 60, "replay_interval_s": 300, "tags": ["demo"]}]}
 JSON
 
@@ -74,6 +86,7 @@ export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=30
 export KBP_PIPELINES_FILE="$DEMO/pipelines.json"
 export AIRFLOW_CONN_KAFKA_DEFAULT="{\"conn_type\": \"kafka\", \"extra\": {\"bootstrap.servers\": \"$BOOTSTRAP\"}}"
 export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}'
+export AIRFLOW_CONN_SPARK_CONNECT_DEFAULT="{\"conn_type\": \"spark_connect\", \"host\": \"sc://127.0.0.1\", \"port\": $CONNECT_PORT}"
 export SPARK_LOCAL_IP=127.0.0.1
 export PATH="$ROOT/.venv/bin:$PATH"
 mkdir -p "$AIRFLOW_HOME"
@@ -84,6 +97,11 @@ airflow db migrate > "$DEMO/airflow-migrate.log" 2>&1
 if ! airflow variables get kbp.demo.settings > /dev/null 2>&1; then
     airflow variables set kbp.demo.settings '{"initial_rate": 100, "min_rate": 10}' \
         --description "Gains and limits of the demo pipeline (see the provider's README)" > /dev/null
+fi
+
+if [[ "$ENGINE" == connect ]]; then  # started above; ready in ~10-30 s, before Airflow's first batch
+    for _ in $(seq 180); do grep -q listening "$DEMO/spark-connect.out" 2>/dev/null && break; kill -0 "${pids[-1]}" 2>/dev/null || break; sleep 1; done
+    grep -q listening "$DEMO/spark-connect.out" || { echo "the Spark Connect server did not start; see $DEMO/spark-connect.out and $DEMO/spark-connect/" >&2; exit 1; }
 fi
 
 echo "starting Airflow (airflow standalone) on http://127.0.0.1:$UI_PORT" >&2
@@ -104,6 +122,7 @@ cat <<MSG
   Airflow UI   http://127.0.0.1:$UI_PORT      user: admin   password: $PASSWORD
   Monitor      http://127.0.0.1:$UI_PORT/plugin/kafka-backpressure   (Browse -> Kafka Backpressure)
   Broker       $BOOTSTRAP, topic $TOPIC (4 partitions), ${KBP_DEMO_RATE:-200} records/s
+  Spark        engine $ENGINE$([[ "$ENGINE" == connect ]] && echo ", Connect server sc://127.0.0.1:$CONNECT_PORT (local[2])" || echo ", spark-submit --master local[2] per batch")
   Output       $DEMO/sink/batch_id=N/*.parquet
   Logs         $DEMO/*.log
 

@@ -9,6 +9,12 @@ Engines are cached per URL and bound in the process.
 The first use of a ledger in a process upgrades its schema to the newest revision this package knows
 (the migrations lock, so tasks starting at once are safe; a ledger upgraded by a newer release is
 refused with a message). Users may also run ``python -m airflow_kafka_backpressure.ledger upgrade``.
+
+**A SQLite ledger is one file on one host.** Under an executor that runs tasks on several hosts
+(Celery, Kubernetes, Edge, ECS/Batch/Lambda …, alone or in a hybrid ``[core] executor`` list), or
+with a triggerer on another host (``[kafka_backpressure] remote_triggerer = True``), every host
+would keep its own ledger and silently split the pipeline's history. :meth:`LedgerHook.get_conn`
+refuses a SQLite ledger there, naming ``ledger_conn_id`` (:func:`multi_host_refusal`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,21 @@ from airflow.sdk import BaseHook
 from ..ledger import Ledger, default_ledger_url
 from ..ledger.engine import DEFAULT_TIMEOUT_S
 from .ledger_connection import LEDGER_CONN_TYPE, TIMEOUT_EXTRA, check_ledger_url, ledger_url
+
+#: Executors whose tasks may run on other hosts than the scheduler (matched on the class name, so
+#: module paths and ``alias:module.Class`` entries count too).
+MULTI_HOST_EXECUTORS = (
+    "CeleryExecutor",
+    "KubernetesExecutor",
+    "CeleryKubernetesExecutor",
+    "LocalKubernetesExecutor",
+    "EdgeExecutor",
+    "AwsEcsExecutor",
+    "AwsBatchExecutor",
+    "AwsLambdaExecutor",
+)
+#: ``[kafka_backpressure] remote_triggerer``: say True when a triggerer runs on another host.
+REMOTE_TRIGGERER_OPTION = ("kafka_backpressure", "remote_triggerer")
 
 _LEDGERS: dict[tuple[str, float], Ledger] = {}
 _LOCK = threading.Lock()
@@ -40,6 +61,54 @@ def ledger_for_url(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Ledger:
                 raise
             _LEDGERS[(url, timeout_s)] = ledger
         return ledger
+
+
+def multi_host_executors(executor_setting: str) -> list[str]:
+    """The entries of Airflow's ``[core] executor`` setting (a comma-separated list of names, module
+    paths or ``alias:module.Class``) that run tasks on several hosts (pure)."""
+    out = []
+    for entry in (executor_setting or "").split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        class_name = entry.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+        if class_name in MULTI_HOST_EXECUTORS:
+            out.append(entry)
+    return out
+
+
+def multi_host_refusal(
+    url: str, ledger_conn_id: str | None, executor_setting: str, remote_triggerer: bool
+) -> str | None:
+    """Why a ledger at ``url`` must not be used under this Airflow configuration (pure): a SQLite
+    file ledger with tasks or triggers on several hosts. None: fine."""
+    if not url.startswith("sqlite") or ":memory:" in url:
+        return None
+    why = []
+    executors = multi_host_executors(executor_setting)
+    if executors:
+        why.append(f"Airflow's executor ({', '.join(executors)}) runs tasks on several hosts")
+    if remote_triggerer:
+        why.append("a triggerer runs on another host ([kafka_backpressure] remote_triggerer = True)")
+    if not why:
+        return None
+    which = f"connection {ledger_conn_id!r} is" if ledger_conn_id else "the default ledger (no ledger_conn_id) is"
+    return (
+        f"The ledger of {which} a SQLite file ({url.split('///', 1)[-1]}), but {' and '.join(why)}: each host "
+        "would keep its own ledger and split the pipeline's batches and offsets. Set the pipeline's "
+        "ledger_conn_id to a connection of a shared database (e.g. a kbp_ledger or postgres connection to "
+        "PostgreSQL) that every worker and triggerer reaches, then run "
+        "`python -m airflow_kafka_backpressure.ledger upgrade --conn-id <that id>`."
+    )
+
+
+def airflow_multi_host_refusal(url: str, ledger_conn_id: str | None) -> str | None:
+    """:func:`multi_host_refusal` under this process's Airflow configuration."""
+    from airflow.configuration import conf
+
+    executor = conf.get("core", "executor", fallback="") or ""
+    remote = conf.getboolean(*REMOTE_TRIGGERER_OPTION, fallback=False)
+    return multi_host_refusal(url, ledger_conn_id, executor, remote)
 
 
 class LedgerHook(BaseHook):
@@ -84,7 +153,12 @@ class LedgerHook(BaseHook):
         return timeout
 
     def get_conn(self) -> Ledger:
-        return ledger_for_url(self.url(), self.timeout_s())
+        """The ledger; a SQLite one is refused when tasks or triggers run on several hosts."""
+        url = self.url()
+        refusal = airflow_multi_host_refusal(url, self.ledger_conn_id)
+        if refusal:
+            raise ValueError(refusal)
+        return ledger_for_url(url, self.timeout_s())
 
     def test_connection(self) -> tuple[bool, str]:
         """Connect (read-only) and say whether the ledger's tables exist; never shows the password."""

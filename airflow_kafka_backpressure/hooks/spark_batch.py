@@ -25,7 +25,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from ..engines import ENGINES, Engine, supervise
-from ..models import BatchMetrics, BatchPlan, JobSpec, new_token
+from ..models import Adoption, BatchMetrics, BatchPlan, JobSpec, new_token
 from ..pipeline import PipelineConfig
 
 
@@ -146,6 +146,8 @@ class SparkBatchHook(BaseHook):
         kafka_properties: Mapping[str, Any],
         *,
         token: str | None = None,
+        attempt: int | None = None,
+        adopt: Adoption | None = None,
         heartbeat: Callable[[], Any] | None = None,
         heartbeat_s: float = 30.0,
     ) -> BatchMetrics:
@@ -154,6 +156,8 @@ class SparkBatchHook(BaseHook):
         (``BatchStopped`` for a timeout or a kill) with a message saying what happened.
 
         ``token`` names the attempt (its staging directory in the sink; the ledger's lease token);
+        ``attempt`` is the ledger's attempt number (the sink refuses to let an older attempt commit
+        over a newer one); ``adopt`` lets the job take over an earlier attempt's committed output;
         ``heartbeat`` is called every ``heartbeat_s`` while the batch runs (the lease renewal); if it
         raises, the batch is stopped."""
         import time
@@ -169,6 +173,8 @@ class SparkBatchHook(BaseHook):
             stall_timeout_s=self.stall_timeout_s,
             min_partitions=executors * self.executor_cores,
             options=dict(self.reader_options),
+            attempt=attempt,
+            adopt=adopt,
         )
         self._running = engine
         try:

@@ -16,7 +16,7 @@ def ledger_command(command: str, *, ledger_conn_id: str | None = None, **options
     """
     parts = [PROG, command]
     if ledger_conn_id:
-        parts += ["--conn-id", ledger_conn_id]
+        parts += ["--conn-id", shlex.quote(ledger_conn_id)]
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
         parts += [flag, shlex.quote(str(value))]

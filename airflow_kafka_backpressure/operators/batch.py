@@ -17,7 +17,7 @@ included), and the task's OpenLineage facets describe the batches it committed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -25,7 +25,7 @@ from .._fault_points import after_commit
 from ..assets import batch_event_extra, emit_batch_events, sink_asset
 from ..hooks.spark_batch import SparkBatchHook
 from ..ledger import LeaseLost, Ledger, new_attempt_token
-from ..models import BatchMetrics, BatchPlan
+from ..models import Adoption, BatchMetrics, BatchPlan
 from ..pipeline import PipelineConfig
 from .base import PipelineOperator
 
@@ -57,6 +57,7 @@ class BatchRunningOperator(PipelineOperator):
         self.spark_connect_conn_id = spark_connect_conn_id or self._pipeline.spark_connect_conn_id
         self._current: tuple[Ledger, int, str] | None = None
         self._committed: list[dict[str, Any]] = []
+        self._attempts: dict[str, int] = {}
 
     def _overrides(self) -> dict[str, Any]:
         return {
@@ -79,9 +80,11 @@ class BatchRunningOperator(PipelineOperator):
         token = new_attempt_token()
         lease_ms = int(self._lease_s * 1000)
         if replay:
-            ledger.mark_replaying(batch_id, token=token, lease_ms=lease_ms, **kw)
+            record = ledger.mark_replaying(batch_id, token=token, lease_ms=lease_ms, **kw)
         else:
-            ledger.mark_running(batch_id, executors=executors, token=token, lease_ms=lease_ms)
+            record = ledger.mark_running(batch_id, executors=executors, token=token, lease_ms=lease_ms)
+        # the ledger's attempt number fences the sink: an older attempt cannot commit over this one
+        self._attempts[token] = record.attempts
         return token
 
     def run_and_mark(
@@ -93,9 +96,15 @@ class BatchRunningOperator(PipelineOperator):
         *,
         token: str,
         replay: bool,
+        adopt: Adoption | None = None,
+        before_finish: Callable[[BatchMetrics], None] | None = None,
     ) -> BatchMetrics:
         """Run ``plan`` (claimed with ``token``); mark it succeeded (``replay``: replayed) once
-        committed, or failed."""
+        committed, or failed.
+
+        ``adopt``: a committed sink version written by that earlier attempt for those ranges is taken
+        as the batch's output without reading Kafka again (see :class:`~..models.Adoption`).
+        ``before_finish`` runs after the job, before the batch is marked (e.g. recording losses)."""
         self._current = (ledger, plan.batch_id, token)
         try:
             metrics = self.batch_hook.run(
@@ -103,9 +112,13 @@ class BatchRunningOperator(PipelineOperator):
                 executors,
                 kafka_properties,
                 token=token,
+                attempt=self._attempts.get(token),
+                adopt=adopt,
                 heartbeat=lambda: ledger.renew_lease(plan.batch_id, token, int(self._lease_s * 1000)),
                 heartbeat_s=min(LEASE_RENEW_S, self._lease_s / 4),
             )
+            if before_finish is not None:
+                before_finish(metrics)
         except BaseException as e:
             self._mark_failed(ledger, plan.batch_id, token, getattr(e, "job_message", None) or f"{type(e).__name__}: {e}")
             raise

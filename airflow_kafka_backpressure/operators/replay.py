@@ -7,11 +7,12 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from ..pipeline import PipelineConfig
+from ..ledger import BatchRecord, LeaseLost
+from ..models import Adoption, BatchMetrics
+from ..pipeline import DEFAULT_STALE_AFTER_S, PipelineConfig
+from ..replay_decision import retention_decision, trimmed_plan
 from .batch import BatchRunningOperator
 from .common import commit_progress, load_executor_target, load_settings
-
-DEFAULT_STALE_AFTER_S = 24 * 3600.0
 
 
 def stale_before_ms(pipeline: PipelineConfig, now_ms: int | None = None) -> int:
@@ -24,9 +25,19 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
     """Replay the pipeline's failed batches, earliest first, with the same batch id and sink path.
 
     Each batch is claimed in the ledger (failed → replaying; a concurrent replayer cannot claim it
-    too), run with the plan it was given, and marked replayed once its output is swapped in. The
-    first failure stops the replay (the batch is marked failed again with the new error). At the end
-    the consumer group is committed up to the contiguous finished offsets.
+    too), run with the plan it was given, and marked replayed once its output is swapped in.
+
+    * **One failure does not stall the rest**: a batch whose replay fails is marked failed again
+      with its error and the loop goes on with the next one; the task fails at the end, naming
+      every batch that failed. The consumer group is committed to the contiguous finished offsets,
+      so it still never passes a failed batch (earliest first), while later batches are written.
+    * **Retention**: before a batch is claimed its ranges are compared with the partitions'
+      earliest offsets as the broker reports them (:mod:`..replay_decision`). With
+      ``on_data_loss="skip"`` the deleted offsets are recorded as lost and the rest is replayed;
+      with ``"fail"`` the batch stays failed with a message naming it and the ``abandon`` command.
+    * **Written but not marked**: the last attempt's committed sink output (its manifest names the
+      attempt's token and the batch's ranges, every file present) is adopted without reading
+      Kafka again — a worker that died between the sink swap and marking the batch.
     """
 
     ui_color = "#fde8e8"
@@ -50,19 +61,96 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
         kafka_props = self.kafka_hook.client_properties()
 
         replayed: list[dict[str, Any]] = []
+        failures: list[tuple[int, str]] = []
         try:
             for batch in todo:
-                self.log.info(
-                    "Replaying batch %s (%s, planned by run %s): %s",
-                    batch.batch_id, batch.status, batch.run_id, ", ".join(str(r) for r in batch.ranges if r.count),
-                )
-                token = self.claim(ledger, batch.batch_id, replay=True, stale_before_ms=stale)
-                metrics = self.run_and_mark(ledger, batch.plan, executors, kafka_props, token=token, replay=True)
-                replayed.append({"batch_id": batch.batch_id, "records": metrics.records, "processing_ms": metrics.processing_ms})
+                try:
+                    done = self._replay_one(ledger, batch, executors, kafka_props, stale)
+                except LeaseLost as e:  # another replayer took it: its outcome is theirs
+                    self.log.warning("Batch %s: %s", batch.batch_id, e)
+                    continue
+                except Exception as e:  # noqa: BLE001 - recorded on the batch; the next one goes on
+                    message = getattr(e, "job_message", None) or f"{type(e).__name__}: {e}"
+                    self.log.error("Replay of batch %s failed: %s", batch.batch_id, message)
+                    failures.append((batch.batch_id, message))
+                    continue
+                if done is not None:
+                    replayed.append(done)
         finally:
             if replayed:
                 with self.kafka_hook.get_conn() as kafka:
                     committed = commit_progress(p, ledger, kafka)
                 self.log.info("Committed group %s: %s", p.group, committed)
         self.emit_events(context)
+        if failures:
+            raise ReplayFailed(
+                f"{len(failures)} of {len(todo)} batches of pipeline {p.name!r} could not be replayed "
+                f"({len(replayed)} replayed; the consumer group stays before the earliest failed one): "
+                + "; ".join(f"batch {b}: {m}" for b, m in failures)
+            )
         return replayed
+
+    def _replay_one(
+        self, ledger: Any, batch: BatchRecord, executors: int, kafka_props: dict[str, Any], stale: int
+    ) -> dict[str, Any] | None:
+        p = self.pipeline
+        self.log.info(
+            "Replaying batch %s (%s, planned by run %s): %s",
+            batch.batch_id, batch.status, batch.run_id, ", ".join(str(r) for r in batch.ranges if r.count),
+        )
+        read = [r.tp for r in batch.plan.ranges if r.count > 0]
+        if read:
+            with self.kafka_hook.get_conn() as kafka:
+                earliest = kafka.earliest_offsets(read)
+        else:
+            earliest = {}
+        decision = retention_decision(batch.plan, earliest, p.on_data_loss, ledger_conn_id=p.ledger_conn_id)
+        # the last attempt, whose committed output (if any) may be adopted
+        adopt = Adoption(batch.owner_token, batch.plan.ranges) if batch.owner_token else None
+        token = self.claim(ledger, batch.batch_id, replay=True, stale_before_ms=stale)
+        if decision.refusal is not None:
+            self._mark_failed(ledger, batch.batch_id, token, decision.refusal)
+            raise DataLossRefused(decision.refusal)
+        plan = trimmed_plan(batch.plan, decision)
+        if decision.lost:
+            self.log.warning(
+                "Batch %s: retention deleted %s planned offsets (%s); on_data_loss='skip': recording them "
+                "as lost and replaying the rest", batch.batch_id, decision.lost_records,
+                ", ".join(map(str, decision.lost)),
+            )
+
+        def record_losses(metrics: BatchMetrics) -> None:
+            if decision.lost and not metrics.adopted:  # an adopted version holds those offsets
+                ledger.record_losses(
+                    batch.batch_id, decision.lost, "retention deleted them before the replay", token=token
+                )
+
+        if plan.records == 0:  # everything was deleted: nothing to read, no Spark job
+            now = int(time.time() * 1000)
+            metrics = BatchMetrics(batch.batch_id, 0, 0, now, now, now, 0)
+            try:
+                record_losses(metrics)
+            except Exception as e:
+                self._mark_failed(ledger, batch.batch_id, token, f"{type(e).__name__}: {e}")
+                raise
+            self.finish(ledger, plan, metrics, token=token, replay=True)
+        else:
+            metrics = self.run_and_mark(
+                ledger, plan, executors, kafka_props, token=token, replay=True, adopt=adopt,
+                before_finish=record_losses,
+            )
+        return {
+            "batch_id": batch.batch_id,
+            "records": metrics.records,
+            "processing_ms": metrics.processing_ms,
+            "adopted": metrics.adopted,
+            "lost": 0 if metrics.adopted else decision.lost_records,
+        }
+
+
+class ReplayFailed(RuntimeError):
+    """Some batches could not be replayed (each is failed again with its error in the ledger)."""
+
+
+class DataLossRefused(RuntimeError):
+    """on_data_loss='fail' and retention deleted offsets of the batch: the message names the fix."""

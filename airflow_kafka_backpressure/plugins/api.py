@@ -6,8 +6,11 @@ Endpoints (relative to the mount prefix; JSON unless said):
 * ``GET /pipelines`` — the pipelines of the ledger that the user may see, with their latest batch;
 * ``GET /pipelines/{pipeline}/batches?limit=&status=`` — recent batches, newest first;
 * ``GET /pipelines/{pipeline}/replayable?stale_after_s=`` — failed batches and stale in-flight ones;
+* ``GET /pipelines/{pipeline}/losses?limit=`` — offsets recorded as lost (retention before a read,
+  an abandoned batch), per batch with counts, newest first;
 * ``GET /pipelines/{pipeline}/state`` — the controller Variables and the scaling thresholds;
-* ``GET /pipelines/{pipeline}/overview?limit=&stale_after_s=`` — the three above in one answer;
+* ``GET /pipelines/{pipeline}/overview?limit=&stale_after_s=`` — batches, replayable, losses and
+  state in one answer;
 * ``GET /pipelines/{pipeline}/lag?retention_margin_records=&timestamps=`` — per partition: earliest,
   committed position, ledger head, latest, lag, seconds behind, retention margin and risk, read from
   the broker (every request bounded in time; 503 naming the connection when it does not answer).
@@ -77,6 +80,13 @@ def list_replayable(
         "batches": views.replayable(ledger, pipeline, stale_after_s),
     }
     return _no_store(JSONResponse(body))
+
+
+@app.get("/pipelines/{pipeline}/losses")
+def list_losses(pipeline: str, limit: int = _Limit, user: Any = Depends(authenticated_user)) -> JSONResponse:
+    ledger = views.open_ledger()
+    require_pipeline(user, pipeline, ledger)
+    return _no_store(JSONResponse({"pipeline": pipeline, "losses": views.losses(ledger, pipeline, limit)}))
 
 
 @app.get("/pipelines/{pipeline}/state")

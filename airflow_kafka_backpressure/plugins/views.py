@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException
 
+from ..control.scaling import SCALING_DOWN_RATIO, SCALING_UP_RATIO
+from ..pipeline import DEFAULT_STALE_AFTER_S
 from .auth import can_read_pipeline, can_read_variable, ingest_dag_id
 
 if TYPE_CHECKING:
@@ -28,12 +30,8 @@ log = logging.getLogger(__name__)
 
 #: Environment variable naming the ledger's Airflow connection (unset: default SQLite ledger).
 LEDGER_CONN_ENV = "KBP_LEDGER_CONN_ID"
-#: A planned/running batch idle this long counts as replayable (PipelineConfig.stale_after_s default).
-DEFAULT_STALE_AFTER_S = 86400.0
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
-DEFAULT_SCALING_UP_RATIO = 0.9
-DEFAULT_SCALING_DOWN_RATIO = 0.3
 #: Bound of every broker request the page makes (connect, metadata, offsets, one fetch).
 BROKER_TIMEOUT_S = 5.0
 
@@ -178,7 +176,7 @@ def read_state(user: Any, pipeline: str) -> dict[str, Any]:
             entry["value"] = redact_variable(str(raw), key)
             entry["error"] = "not valid JSON"
 
-    up, down, source = DEFAULT_SCALING_UP_RATIO, DEFAULT_SCALING_DOWN_RATIO, "default"
+    up, down, source = SCALING_UP_RATIO, SCALING_DOWN_RATIO, "default"
     settings = variables["settings"]
     if settings["exists"] and isinstance(settings["value"], dict):
         from ..config import parse_settings
@@ -210,8 +208,15 @@ def overview(user: Any, ledger: Ledger, pipeline: str, limit: int, stale_after_s
         "stale_after_s": stale_after_s,
         "batches": batches(ledger, pipeline, limit),
         "replayable": replayable(ledger, pipeline, stale_after_s),
+        "losses": losses(ledger, pipeline, limit),
         **read_state(user, pipeline),
     }
+
+
+def losses(ledger: Ledger, pipeline: str, limit: int) -> list[dict[str, Any]]:
+    """Per batch with recorded losses (newest first): status, ``lost`` (records) and the spans with
+    their kind (plan, replay, abandon) and reason."""
+    return [b.to_dict() for b in ledger.losses(pipeline, limit)]
 
 
 # --------------------------------------------------------------------------------------------------

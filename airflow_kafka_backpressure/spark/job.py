@@ -340,6 +340,10 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     from airflow_kafka_backpressure.spark.sink import SinkError, read_records_dir, write_batch
 
     plan = spec.plan
+    if spec.adopt is not None:
+        adopted = adopt_committed(spark, spec)
+        if adopted is not None:
+            return adopted
     check_bounds(spec)
     reader = choose_reader(spark, spec.reader)
     read_started_at_ms = _now_ms()
@@ -357,6 +361,7 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
             describe,
             token=spec.token,
             compression=spec.options.get("parquet_compression"),
+            attempt=spec.attempt,
         )
     except SinkError as e:
         raise JobError(str(e)) from e
@@ -383,6 +388,42 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
         committed_at_ms=committed_at_ms,
         executors=int(manifest["executors"]),
         partitions=tuple(PartitionCount(r.topic, r.partition, counts.get(r.tp, 0)) for r in plan.ranges),
+    )
+
+
+def adopt_committed(spark: Any, spec: JobSpec) -> BatchMetrics | None:
+    """The metrics of the batch's committed version if it is the one ``spec.adopt`` describes (the
+    last attempt's complete output for the planned ranges: see :mod:`.fencing`), read from its
+    manifest without reading Kafka; None (the batch is run) otherwise."""
+    from airflow_kafka_backpressure.spark.fencing import adoption_problems
+    from airflow_kafka_backpressure.spark.sink import committed_manifest, register
+
+    plan, adopt = spec.plan, spec.adopt
+    assert adopt is not None
+    register(spark)
+    manifest = committed_manifest(spark, plan.sink, plan.batch_id, verify=True)
+    problems = adoption_problems(manifest, plan.pipeline, adopt.token, adopt.ranges)
+    problems += (manifest or {}).get("file_problems", [])
+    if problems:
+        log.info("Batch %s: not adopting the committed version (%s); running it", plan.batch_id, "; ".join(problems))
+        return None
+    assert manifest is not None
+    log.info("Batch %s: adopting the version attempt %s committed (no re-read)", plan.batch_id, adopt.token[:8])
+    started = _now_ms()
+    counts = {TopicPartition(p["topic"], int(p["partition"])): int(p["records"]) for p in manifest["partitions"]}
+    unread = [OffsetRange.from_dict(r) for r in manifest.get("unread", ())]
+    more, more_bytes = count_unread(spark, spec, str(manifest.get("reader") or "python"), unread)
+    counts.update(more)
+    return BatchMetrics(
+        batch_id=plan.batch_id,
+        records=sum(counts.values()),
+        bytes=int(manifest["bytes"]) + more_bytes,
+        launched_at_ms=spec.launched_at_ms,
+        read_started_at_ms=started,
+        committed_at_ms=_now_ms(),
+        executors=int(manifest["executors"]),
+        partitions=tuple(PartitionCount(r.topic, r.partition, counts.get(r.tp, 0)) for r in adopt.ranges),
+        adopted=True,
     )
 
 

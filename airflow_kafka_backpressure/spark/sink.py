@@ -26,19 +26,28 @@ What ``commit`` does, and what a crash after each step leaves:
    so the manifest counts the records *read* per topic-partition, whatever the transform did;
 3. write ``_manifest.json`` into the staging directory — crash: a hidden leftover;
 4. refuse to replace a committed batch that belongs to another pipeline or other offset ranges (a
-   reset ledger or two pipelines sharing a sink would otherwise overwrite older output);
-5. if ``batch_id=<N>`` exists, rename it to ``_kbp_replaced_<N>_<token>`` — crash: the batch is
-   briefly absent (never duplicated); the failed job makes its task retry, which rewrites it;
-6. rename staging to ``batch_id=<N>`` — the commit;
-7. delete the replaced version and this batch's other leftovers.
+   reset ledger or two pipelines sharing a sink would otherwise overwrite older output), and refuse
+   to commit when a newer attempt of the same batch started writing or committed it (fencing by
+   the ledger's attempt number, :mod:`.fencing`);
+5. swap staging in as ``batch_id=<N>`` — the commit:
 
-Re-running a batch therefore always converges to exactly one copy of its records. On HDFS and local
-disks the renames are atomic; on object stores a directory rename is a copy, so a crash in step 6 can
-leave a partial ``batch_id=<N>``: the manifest lists every data file with its size, so a strict
-reader can verify a batch, and the retried write replaces it. An empty batch is still committed: one
-schema-only Parquet file plus the manifest.
+   * local filesystems (Linux): if ``batch_id=<N>`` exists, ``renameat2(RENAME_EXCHANGE)`` swaps
+     the two directories in one atomic step (readers see the old version or the new one, never
+     neither, never both); else ``renameat2(RENAME_NOREPLACE)`` (refused if another attempt
+     committed meanwhile);
+   * fallback (object stores, HDFS, filesystems without renameat2): rename the committed version
+     to ``_kbp_replaced_<N>_<token>``, then staging to ``batch_id=<N>`` — between the two renames
+     the batch is briefly absent (never duplicated); a crash there fails the job, and its retry
+     rewrites the batch. On object stores a directory "rename" is a copy, so a crash can also leave
+     a partial ``batch_id=<N>``: the manifest lists every file with its size (a strict reader can
+     verify a batch; the retried write replaces it);
+6. delete the replaced version and this batch's other leftovers.
 
-Manifest fields: ``manifest_version``, ``batch_id``, ``token`` (the attempt that wrote it),
+Re-running a batch therefore always converges to exactly one copy of its records. An empty batch is
+still committed: one schema-only Parquet file plus the manifest.
+
+Manifest fields: ``manifest_version``, ``batch_id``, ``token`` and ``attempt`` (the attempt that wrote
+it: its token and the ledger's attempt number, or null),
 ``written_at_ms``, ``format``, ``files`` ([{name, bytes, rows}]), ``rows`` (written), ``executors``
 (distinct executors that ran the write tasks), ``ranges``, ``partitions`` ([{topic, partition,
 records}] read), ``records``, ``bytes`` (key + value bytes read), ``unread`` (ranges the job did not
@@ -61,18 +70,23 @@ from typing import Any
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
-    DataSourceReader,
-    InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
 from airflow_kafka_backpressure.models import OffsetRange, TopicPartition, batch_path
+from airflow_kafka_backpressure.spark.fencing import fence_problem, raise_fence, read_fence
+from airflow_kafka_backpressure.spark.manifest_source import (
+    MANIFEST_NAME,
+    MANIFEST_SOURCE_NAME,
+    BatchManifestDataSource,
+    _manifest_at,
+    committed_manifest,
+    read_manifest,
+)
 from airflow_kafka_backpressure.storage import Location, StorageError, location
 
 SINK_SOURCE_NAME = "kbp_batch_sink"
-MANIFEST_SOURCE_NAME = "kbp_batch_manifest"
-MANIFEST_NAME = "_manifest.json"
 STAGING_PREFIX = "_kbp_staging_"
 REPLACED_PREFIX = "_kbp_replaced_"
 READ_DIR = "_read"
@@ -169,8 +183,10 @@ def sink_options(
     describe: dict[str, Any],
     *,
     compression: str | None = None,
+    attempt: int | None = None,
 ) -> dict[str, str]:
-    """The writer's options for one attempt (``token``) at batch ``batch_id``."""
+    """The writer's options for one attempt (``token``; ``attempt``: the ledger's attempt number,
+    which fences the commit) at batch ``batch_id``."""
     opts = {
         "sink": sink,
         "batchId": str(int(batch_id)),
@@ -180,6 +196,8 @@ def sink_options(
     }
     if compression:
         opts["compression"] = compression
+    if attempt is not None:
+        opts["attempt"] = str(int(attempt))
     return opts
 
 
@@ -195,7 +213,15 @@ class BatchSinkWriter(DataSourceArrowWriter):
         except (KeyError, ValueError, TypeError) as e:
             raise SinkError(f"{SINK_SOURCE_NAME}: options sink, batchId, token and ranges are required ({e})") from e
         self.compression = opts.get("compression", "snappy")
+        self.attempt = int(opts["attempt"]) if opts.get("attempt") else None
         self.schema = schema
+        if self.attempt is not None:  # the driver side, once per write: "attempt n is writing"
+            try:
+                problem = raise_fence(location(self.sink), self.batch_id, self.attempt, self.token)
+            except StorageError as e:
+                raise SinkError(f"batch {self.batch_id}: cannot write the fence in sink {self.sink!r}: {e}") from e
+            if problem:
+                raise SinkError(problem)
 
     def _staging(self) -> Location:
         return location(self.sink).child(staging_dir_name(self.batch_id, self.token))
@@ -239,6 +265,7 @@ class BatchSinkWriter(DataSourceArrowWriter):
             self.describe,
             self.schema,
             self.compression,
+            attempt=self.attempt,
         )
 
     def abort(self, messages: list[SinkCommitMessage | None]) -> None:
@@ -284,6 +311,8 @@ def commit_batch(
     describe: dict[str, Any],
     schema: StructType,
     compression: str = "snappy",
+    *,
+    attempt: int | None = None,
 ) -> dict[str, Any]:
     """Publish the staging directory of attempt ``token`` as batch ``batch_id`` (see the module doc)."""
     root = location(sink)
@@ -305,6 +334,7 @@ def commit_batch(
             "manifest_version": MANIFEST_VERSION,
             "batch_id": int(batch_id),
             "token": token,
+            "attempt": attempt,
             **describe,
             "ranges": [r.to_dict() for r in ranges],
             "partitions": [
@@ -321,21 +351,16 @@ def commit_batch(
         }
         staging.child(MANIFEST_NAME).write_bytes(json.dumps(manifest, sort_keys=True).encode())
 
-        replaced = None
-        if final.exists():
-            try:
-                check_replaceable(_manifest_at(final), describe, ranges, final.uri)
-            except SinkError:
-                staging.delete()
-                raise
-            replaced = root.child(f"{REPLACED_PREFIX}{int(batch_id)}_{token}")
-            final.move_to(replaced)
+        existing = _manifest_at(final) if final.exists() else None
         try:
-            staging.move_to(final)
-        except StorageError:
-            if replaced is not None and not final.exists():
-                replaced.move_to(final)  # put the previous version back; the retry replaces it
+            check_replaceable(existing, describe, ranges, final.uri)
+            problem = fence_problem(batch_id, attempt, token, read_fence(root, batch_id), existing)
+            if problem:
+                raise SinkError(problem)
+        except SinkError:
+            staging.delete()
             raise
+        _swap_in(root, staging, final, batch_id, token, replace=existing is not None or final.exists())
         for name, _, _ in root.children():  # the replaced version and older attempts' leftovers
             if name.startswith((f"{STAGING_PREFIX}{int(batch_id)}_", f"{REPLACED_PREFIX}{int(batch_id)}_")):
                 root.child(name).delete()
@@ -344,16 +369,27 @@ def commit_batch(
         raise SinkError(f"batch {batch_id}: cannot commit to sink {sink!r}: {e}") from e
 
 
-def _manifest_at(batch_dir: Location) -> dict[str, Any] | None:
-    p = batch_dir.child(MANIFEST_NAME)
-    if not p.exists():
-        return None
-    return json.loads(p.read_bytes())
-
-
-def read_manifest(sink: str, batch_id: int) -> dict[str, Any] | None:
-    """The committed manifest of batch ``batch_id``, or None when the batch is not in the sink."""
-    return _manifest_at(location(sink).child(batch_dir_name(batch_id)))
+def _swap_in(root: Location, staging: Location, final: Location, batch_id: int, token: str, *, replace: bool) -> None:
+    """Publish ``staging`` as ``final`` (module doc, step 5); the old version ends up under a
+    leftover name that the caller deletes."""
+    if replace:
+        if staging.exchange_with(final):  # atomic: staging now holds the previous version
+            return
+        replaced = root.child(f"{REPLACED_PREFIX}{int(batch_id)}_{token}")
+        final.move_to(replaced)
+        try:
+            staging.move_to(final)
+        except StorageError:
+            if not final.exists():
+                replaced.move_to(final)  # put the previous version back; the retry replaces it
+            raise
+        return
+    if not staging.move_no_replace(final):
+        staging.delete()
+        raise SinkError(
+            f"batch {batch_id}: another attempt committed {final.uri} while this one (token {token[:8]}…) "
+            "was committing; this attempt's output is discarded — run the batch again if it is still unfinished"
+        )
 
 
 def leftovers(sink: str, batch_id: int) -> list[str]:
@@ -392,12 +428,15 @@ def write_batch(
     *,
     token: str | None = None,
     compression: str | None = None,
+    attempt: int | None = None,
 ) -> dict[str, Any]:
     """Write ``df`` as batch ``batch_id`` of ``sink`` (replacing any previous version whole) and
     return the committed manifest, read back where Spark runs. ``token`` names the attempt (its
     staging directory, where the reader leaves its completion records); default: a fresh one."""
     register(spark)
-    opts = sink_options(sink, batch_id, token or uuid.uuid4().hex, ranges, describe or {}, compression=compression)
+    opts = sink_options(
+        sink, batch_id, token or uuid.uuid4().hex, ranges, describe or {}, compression=compression, attempt=attempt
+    )
     df.write.format(SINK_SOURCE_NAME).mode("append").options(**opts).save()
     manifest = committed_manifest(spark, sink, batch_id)
     if manifest is None or manifest.get("token") != opts["token"]:
@@ -406,49 +445,3 @@ def write_batch(
             "attempt at the same batch committed after it?); run the batch again"
         )
     return manifest
-
-
-def committed_manifest(spark: Any, sink: str, batch_id: int) -> dict[str, Any] | None:
-    """The committed manifest of a batch, read by a Spark task (Connect clients may not see the sink)."""
-    rows = (
-        spark.read.format(MANIFEST_SOURCE_NAME)
-        .options(sink=sink, batchId=str(int(batch_id)))
-        .load()
-        .collect()
-    )
-    text = rows[0][0] if rows else None
-    return None if text is None else json.loads(text)
-
-
-# --------------------------------------------------------------------------- manifest read-back
-
-MANIFEST_SCHEMA = StructType([StructField("manifest", StringType())])
-
-
-class _ManifestReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        opts = {str(k).lower(): v for k, v in options.items()}
-        self.sink = opts["sink"]
-        self.batch_id = int(opts["batchid"])
-
-    def partitions(self) -> Sequence[InputPartition]:
-        return [InputPartition(0)]
-
-    def read(self, partition: InputPartition) -> Iterator[tuple[str | None]]:
-        manifest = read_manifest(self.sink, self.batch_id)
-        yield (None if manifest is None else json.dumps(manifest),)
-
-
-class BatchManifestDataSource(DataSource):
-    """``spark.read.format("kbp_batch_manifest")``: a committed batch's manifest, read where Spark
-    runs — the Connect client may not see the sink's filesystem."""
-
-    @classmethod
-    def name(cls) -> str:
-        return MANIFEST_SOURCE_NAME
-
-    def schema(self) -> StructType:
-        return MANIFEST_SCHEMA
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return _ManifestReader(dict(self.options))

@@ -124,7 +124,9 @@ def pipeline_maker(
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the Spark driver imports the test transforms
     ensure_topic(bootstrap, topic, 4)
     base = {
-        "name": topic.replace("-", "_")[:60],
+        # unique per test (the topic's random suffix kept): DAG ids and sink Asset names must not
+        # repeat across tests, or Airflow deactivates the later test's Asset (same name, new URI)
+        "name": f"{topic[:-7][:52]}_{topic[-6:]}".replace("-", "_"),
         "topics": (topic,),
         "sink": str(tmp_path / "sink"),
         "batch_interval_s": 60,

@@ -11,3 +11,20 @@ def fail_while_flagged(df):
     if flag and os.path.exists(flag):
         raise RuntimeError(f"injected failure: {flag} exists")
     return df
+
+
+def fail_on_poison(df):
+    """A real job failure for chosen records: raises when the batch holds an id listed (JSON) in the
+    file named by KBP_TEST_POISON_FILE."""
+    import json
+
+    path = os.environ.get("KBP_TEST_POISON_FILE")
+    if not path or not os.path.exists(path):
+        return df
+    with open(path) as f:
+        poison = set(json.load(f))
+    ids = {json.loads(r["value"])["id"] for r in df.select(df["value"].cast("string").alias("value")).collect()}
+    hit = sorted(ids & poison)
+    if hit:
+        raise RuntimeError(f"injected failure: poison ids {hit[:5]} in the batch")
+    return df

@@ -389,3 +389,26 @@ def test_lag_endpoint_says_which_connection_does_not_answer(
     assert resp.status_code == 503
     detail = resp.json()["detail"]
     assert "kbp_ui_dead" in detail and dead in detail and "s3cret" not in detail
+
+
+def test_losses_endpoint_lists_recorded_losses_with_counts(airflow_app: dict[str, Any]) -> None:
+    from airflow_kafka_backpressure.ledger import Ledger
+    from airflow_kafka_backpressure.models import DataLoss
+
+    ids = airflow_app["ids"]
+    assert _get(airflow_app, PREFIX + f"/pipelines/{P}/losses", user=None).status_code == 401
+    assert _get(airflow_app, PREFIX + f"/pipelines/{P}/losses").json()["losses"] == []
+    led = Ledger(airflow_app["ledger_url"])
+    try:
+        r = led.batch(ids["failed"]).ranges[0]
+        led.record_losses(ids["failed"], [DataLoss(r.topic, r.partition, r.from_offset, r.from_offset + 5)], "retention")
+    finally:
+        led.dispose()
+    resp = _get(airflow_app, PREFIX + f"/pipelines/{P}/losses")
+    assert resp.status_code == 200, resp.text
+    (batch,) = resp.json()["losses"]
+    assert batch["batch_id"] == ids["failed"] and batch["status"] == "failed" and batch["lost"] == 5
+    assert [(s["from_offset"], s["until_offset"], s["kind"], s["reason"]) for s in batch["spans"]] == [
+        (r.from_offset, r.from_offset + 5, "replay", "retention")
+    ]
+    assert _get(airflow_app, PREFIX + f"/pipelines/{P}/overview").json()["losses"] == [batch]

@@ -1,0 +1,115 @@
+"""Fencing of sink commits and adoption of a committed batch (runs where the sink writer runs: the
+Spark driver side of the write, or a Spark task).
+
+**Fencing.** Each attempt at a batch has the ledger's attempt number (it grows by one whenever an
+attempt claims the batch: a retry, a replay, a takeover of an abandoned one). The writer of attempt
+``n`` raises the batch's fence file ``<sink>/_kbp_fence_<N>.json`` to ``n`` when its write starts,
+and its commit refuses to publish when
+
+* the fence is above ``n`` — a newer attempt has started writing the batch since, or
+* the committed version's manifest was written by an attempt above ``n``,
+
+so an older attempt (a retry's predecessor still running, a worker that lost its lease) can never
+commit over a newer one. The check and the swap are separate steps: two commits racing within
+milliseconds are ordered by the swap itself (both versions hold the same planned ranges). The fence
+file starts with ``_``: dataset readers skip it. Writes without an attempt number (direct
+:func:`~.sink.write_batch` calls) are not fenced.
+
+**Adoption.** A worker that died between the sink swap and marking the batch in the ledger leaves
+a committed version written by the ledger's last owner of the batch. :func:`adoption_problems`
+says whether a committed manifest is exactly that — same pipeline, written by that attempt's token,
+the same ranges, every listed file present at its listed size — so the replay takes it over
+instead of reading Kafka again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.storage import Location
+
+FENCE_PREFIX = "_kbp_fence_"
+
+__all__ = ["adoption_problems", "fence_problem", "file_problems", "raise_fence", "read_fence"]
+
+
+def fence_location(root: Location, batch_id: int) -> Location:
+    return root.child(f"{FENCE_PREFIX}{int(batch_id)}.json")
+
+
+def read_fence(root: Location, batch_id: int) -> int | None:
+    """The highest attempt number that started writing ``batch_id`` (None: no fenced write yet)."""
+    f = fence_location(root, batch_id)
+    if not f.exists():
+        return None
+    return int(json.loads(f.read_bytes())["attempt"])
+
+
+def raise_fence(root: Location, batch_id: int, attempt: int, token: str) -> str | None:
+    """Record that attempt ``attempt`` starts writing; a problem message if a newer one already did."""
+    current = read_fence(root, batch_id)
+    if current is not None and current > attempt:
+        return _newer(batch_id, attempt, token, f"attempt {current} started writing it")
+    if current != attempt:
+        root.mkdirs()
+        fence_location(root, batch_id).write_bytes(json.dumps({"attempt": int(attempt), "token": token}).encode())
+    return None
+
+
+def fence_problem(
+    batch_id: int, attempt: int | None, token: str, fence: int | None, existing: dict[str, Any] | None
+) -> str | None:
+    """Why attempt ``attempt`` must not commit (pure): a newer attempt raised the ``fence`` or wrote
+    the ``existing`` committed version. None: it may commit."""
+    if attempt is None:
+        return None
+    if fence is not None and fence > attempt:
+        return _newer(batch_id, attempt, token, f"attempt {fence} started writing it")
+    theirs = None if existing is None else existing.get("attempt")
+    if theirs is not None and int(theirs) > attempt:
+        return _newer(batch_id, attempt, token, f"attempt {theirs} (token {str(existing.get('token'))[:8]}…) committed it")
+    return None
+
+
+def _newer(batch_id: int, attempt: int, token: str, what: str) -> str:
+    return (
+        f"batch {batch_id}: attempt {attempt} (token {token[:8]}…) is older than the batch's newest attempt: "
+        f"{what}. This attempt's output is discarded (fencing); the newest attempt decides the batch. "
+        f"(Only if the ledger was reset or moved — its attempt numbers restarted — delete the sink's "
+        f"{FENCE_PREFIX}{int(batch_id)}.json and run the batch again.)"
+    )
+
+
+def adoption_problems(
+    manifest: dict[str, Any] | None, pipeline: str, token: str, ranges: Sequence[OffsetRange]
+) -> list[str]:
+    """Why ``manifest`` is not the committed output of attempt ``token`` for ``ranges`` of
+    ``pipeline`` (pure; files are checked by :func:`file_problems`). Empty: adopt it."""
+    if manifest is None:
+        return ["no committed version"]
+    problems = []
+    if manifest.get("pipeline") != pipeline:
+        problems.append(f"written for pipeline {manifest.get('pipeline')!r}")
+    if manifest.get("token") != token:
+        problems.append(f"written by attempt {str(manifest.get('token'))[:8]}…, not the last owner {token[:8]}…")
+    theirs = sorted(OffsetRange.from_dict(r) for r in manifest.get("ranges", ()))
+    if theirs != sorted(ranges):
+        problems.append(f"ranges {', '.join(map(str, theirs)) or 'none'} differ from the plan")
+    if not manifest.get("files"):
+        problems.append("lists no files")
+    return problems
+
+
+def file_problems(batch_dir: Location, manifest: dict[str, Any]) -> list[str]:
+    """Files the manifest lists that are missing or have another size."""
+    sizes = {name: size for name, is_dir, size in batch_dir.children() if not is_dir}
+    out = []
+    for f in manifest.get("files", ()):
+        if f["name"] not in sizes:
+            out.append(f"{f['name']} is missing")
+        elif int(sizes[f["name"]]) != int(f["bytes"]):
+            out.append(f"{f['name']} has {sizes[f['name']]} bytes, the manifest says {f['bytes']}")
+    return out

@@ -1,0 +1,191 @@
+"""Issue 9, items 1 and 2: the replay never stalls, handles retention loss per ``on_data_loss``, and
+adopts a batch that was written but not marked — the shipped DAGs under real Airflow (dag.test), the
+real broker, real Spark (spark-submit, local[2]) and a SQLite ledger. The sink is read back with
+pyarrow, independently of the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets
+from airflow_kafka_backpressure.ledger import Ledger
+from airflow_kafka_backpressure.local.producer import produce
+from airflow_kafka_backpressure.models import OffsetRange, TopicPartition
+from airflow_kafka_backpressure.pipeline import PipelineConfig
+
+from . import airflow_harness as af
+from .test_pipeline_e2e import committed, sink_ids
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def airflow_db():
+    af.reset_airflow_db()
+
+
+@pytest.fixture
+def make_pipeline(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
+    return af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
+
+
+def emulate_retention(monkeypatch, earliest: dict[TopicPartition, int]) -> None:
+    """The embedded broker cannot delete records (NOTES.md: delete_records panics it), so this test
+    emulates retention at the offsets hook only: the earliest offsets the broker reports are raised
+    to ``earliest``. The Spark job still reads the real broker (it could read the "deleted" records,
+    which is how the test proves that they were not read)."""
+    real = KafkaOffsets.earliest_offsets
+
+    def earliest_offsets(self, tps):
+        out = real(self, tps)
+        return {tp: max(o, earliest.get(tp, 0)) for tp, o in out.items()}
+
+    monkeypatch.setattr(KafkaOffsets, "earliest_offsets", earliest_offsets)
+
+
+def failed_batches(make_pipeline, kafka_broker, n: int, per_batch: int, **overrides) -> tuple[PipelineConfig, Ledger]:
+    """``n`` failed batches of ``per_batch`` records each (ids in production order), failed before
+    Spark ran: the executors Variable is broken while they are ingested, then repaired."""
+    p, ledger = make_pipeline(replay_interval_s=20, **overrides)
+    af.set_variable(p.executors_variable, "{not json")
+    for i in range(n):
+        produce(kafka_broker.bootstrap, p.topics[0], count=per_batch, partitions=4, start_id=i * per_batch)
+        r = af.run_dag(p.ingest_dag_id, i)
+        assert r.task_states["ingest"] == "failed", r.task_states
+    af.set_variable(p.executors_variable, json.dumps({"executors": 1}))
+    for b in range(1, n + 1):  # each batch holds exactly its run's records: per_batch / 4 per partition
+        batch = ledger.batch(b)
+        assert batch.status == "failed"
+        assert sorted((r.partition, r.from_offset, r.until_offset) for r in batch.ranges) == [
+            (q, (b - 1) * per_batch // 4, b * per_batch // 4) for q in range(4)
+        ]
+    return p, ledger
+
+
+def ids_at(partition: int, offsets: range) -> set[int]:
+    """Ids at ``offsets`` of ``partition`` (id i went to partition i % 4, in order)."""
+    return {partition + 4 * o for o in offsets}
+
+
+def test_a_failing_batch_does_not_block_later_ones_and_skip_records_retention_losses(
+    make_pipeline, kafka_broker, tmp_path, monkeypatch
+):
+    poison = tmp_path / "poison.json"
+    monkeypatch.setenv("KBP_TEST_POISON_FILE", str(poison))
+    p, ledger = failed_batches(
+        make_pipeline, kafka_broker, 3, 40, transform="tests.integration.e2e_transforms:fail_on_poison",
+        on_data_loss="skip",
+    )
+    topic = p.topics[0]
+    poison.write_text(json.dumps(list(range(40, 80))))  # batch 2's records make its replay fail
+    emulate_retention(monkeypatch, {TopicPartition(topic, 0): 4})  # offsets 0..3 of partition 0 gone
+
+    r = af.run_dag(p.replay_dag_id, 0)
+    assert r.task_states["failed_ranges"] == "success" and r.xcoms["failed_ranges"] == [1, 2, 3]
+    assert r.task_states["replay"] == "failed"  # it names the batch that failed ...
+    assert [ledger.batch(b).status for b in (1, 2, 3)] == ["replayed", "failed", "replayed"]  # ... not stalled
+    assert "poison ids" in ledger.batch(2).error
+    lost = ids_at(0, range(0, 4))
+    assert sink_ids(p.sink) == Counter(set(range(40)) - lost | set(range(80, 120)))  # never read: not written
+    assert ledger.batch(1).records == 36
+    # the loss is recorded with its count (what the monitoring page's API lists)
+    (losses,) = ledger.losses(p.name)
+    assert losses.batch_id == 1 and losses.lost == 4
+    assert [(s.topic, s.partition, s.from_offset, s.until_offset, s.kind) for s in losses.spans] == [
+        (topic, 0, 0, 4, "replay")
+    ]
+    from airflow_kafka_backpressure.plugins import views
+
+    assert views.losses(ledger, p.name, 10) == [losses.to_dict()]
+    # commits pass batch 1 (written or recorded as lost) and stop at the failed batch 2
+    assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic, q): 10 for q in range(4)}
+
+    poison.unlink()
+    again = af.run_dag(p.replay_dag_id, 1)
+    assert again.state == "success", again.task_states
+    assert [x["batch_id"] for x in again.xcoms["replay"]] == [2]
+    assert ledger.batch(2).status == "replayed"
+    assert sink_ids(p.sink) == Counter(set(range(120)) - lost)
+    assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic, q): 30 for q in range(4)}
+
+
+def test_fail_mode_names_the_batch_and_the_abandon_command_and_later_batches_are_still_replayed(
+    make_pipeline, kafka_broker, monkeypatch
+):
+    p, ledger = failed_batches(make_pipeline, kafka_broker, 2, 40, on_data_loss="fail")
+    topic = p.topics[0]
+    emulate_retention(monkeypatch, {TopicPartition(topic, 1): 3})
+
+    r = af.run_dag(p.replay_dag_id, 0)
+    assert r.task_states["replay"] == "failed"
+    first, second = ledger.batch(1), ledger.batch(2)
+    assert first.status == "failed" and second.status == "replayed"
+    assert f"Batch 1 of pipeline {p.name!r} cannot be replayed" in first.error
+    assert f"{topic}-1[0, 3) (3 records)" in first.error
+    command = first.error.split("run: ", 1)[1].split(" (or set on_data_loss", 1)[0]
+    assert command.startswith("python -m airflow_kafka_backpressure.ledger abandon --conn-id kbp_ledger_test --batch 1 ")
+    assert sink_ids(p.sink) == Counter(range(40, 80))  # batch 2 written ...
+    assert committed(kafka_broker.bootstrap, p) == {}  # ... but nothing committed past batch 1
+
+    # the exact command from the message gives batch 1 up
+    argv = shlex.split(command)
+    assert argv[:2] == ["python", "-m"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, *argv[1:]], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert ledger.batch(1).status == "abandoned"
+    assert sum(x.lost for x in ledger.losses(p.name)) == 40
+    # the next run commits past the abandoned batch (its offsets are recorded as lost)
+    assert af.run_dag(p.ingest_dag_id, 2).state == "success"  # nothing new: an empty batch, no Spark
+    assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic, q): 20 for q in range(4)}
+    assert ledger.replayable_batches(p.name) == []
+
+
+def test_a_batch_written_but_not_marked_is_adopted_without_reading_again(make_pipeline, kafka_broker, monkeypatch):
+    """The worker ran the job (the sink swap committed) and died before mark_succeeded: the ledger row
+    stays ``running`` under the dead attempt's token until its lease expires."""
+    from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
+
+    p, ledger = make_pipeline(replay_interval_s=20)
+    ledger.upgrade()  # what the DAG's tasks do on first use
+    topic = p.topics[0]
+    produce(kafka_broker.bootstrap, topic, count=40, partitions=4)
+    plan = ledger.record_plan(
+        p.name, "manual__dead-worker", [OffsetRange(topic, q, 0, 10) for q in range(4)], p.sink,
+        p.batch_interval_ms, int(time.time() * 1000),
+    )
+    dead = "deadbeef" * 4
+    row = ledger.mark_running(plan.batch_id, executors=1, token=dead, lease_ms=3_600_000)
+    metrics = SparkBatchHook.for_pipeline(p).run(
+        plan, 1, {"bootstrap.servers": kafka_broker.bootstrap}, token=dead, attempt=row.attempts
+    )
+    assert metrics.records == 40 and sink_ids(p.sink) == Counter(range(40))
+    manifest = json.loads((Path(plan.output_path) / "_manifest.json").read_text())
+    assert manifest["token"] == dead and manifest["attempt"] == 1
+    assert ledger.batch(plan.batch_id).status == "running"  # ... and the worker died here
+    assert ledger.replayable_batches(p.name) == []  # its lease still runs: not abandoned yet
+    ledger.renew_lease(plan.batch_id, dead, 1)
+    time.sleep(0.05)  # the lease expired
+
+    r = af.run_dag(p.replay_dag_id, 0)
+    assert r.state == "success", r.task_states
+    assert r.xcoms["replay"] == [
+        {"batch_id": plan.batch_id, "records": 40, "processing_ms": r.xcoms["replay"][0]["processing_ms"],
+         "adopted": True, "lost": 0}
+    ]
+    batch = ledger.batch(plan.batch_id)
+    assert batch.status == "replayed" and batch.records == 40 and batch.attempts == 2
+    # the committed version is the dead attempt's, untouched: nothing was read or written again
+    assert json.loads((Path(plan.output_path) / "_manifest.json").read_text()) == manifest
+    assert sink_ids(p.sink) == Counter(range(40))
+    assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic, q): 10 for q in range(4)}
+    assert ledger.losses(p.name) == []

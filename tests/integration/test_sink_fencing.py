@@ -1,0 +1,149 @@
+"""Issue 9, item 3: the sink's commit is fenced by the ledger's attempt number, and a replaced batch
+is swapped in atomically — real Spark (the session-scoped local[2] fixture) writing a local sink,
+read back with pyarrow."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pyarrow.dataset as pads
+import pytest
+
+from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.spark import sink as sink_mod
+from airflow_kafka_backpressure.spark.fencing import raise_fence, read_fence
+from airflow_kafka_backpressure.storage import location
+
+RANGES = (OffsetRange("t", 0, 0, 4),)
+DESCRIBE = {"pipeline": "orders"}
+
+
+def _rows(spark, ids):
+    return spark.createDataFrame([(i, f"r{i}") for i in ids], "id long, name string")
+
+
+def ids(sink: Path) -> list[int]:
+    return sorted(pads.dataset(str(sink), format="parquet", partitioning="hive").to_table().column("id").to_pylist())
+
+
+def write(spark, sink: Path, rows, attempt: int, token: str, df=None):
+    return sink_mod.write_batch(
+        spark, df if df is not None else _rows(spark, rows), str(sink), 1, RANGES, DESCRIBE, token=token, attempt=attempt
+    )
+
+
+def test_an_older_attempt_cannot_commit_over_a_newer_one(spark, tmp_path):
+    sink = tmp_path / "sink"
+    m = write(spark, sink, range(4), attempt=2, token="b" * 32)
+    assert (m["attempt"], m["token"]) == (2, "b" * 32) and read_fence(location(str(sink)), 1) == 2
+    # the attempt before it (a retry's predecessor that lost its lease, still running) finishes late
+    with pytest.raises(Exception, match="attempt 1 .* is older than the batch's newest attempt"):
+        write(spark, sink, range(100, 104), attempt=1, token="a" * 32)
+    assert ids(sink) == [0, 1, 2, 3]
+    assert sink_mod.read_manifest(str(sink), 1)["token"] == "b" * 32
+    assert sink_mod.leftovers(str(sink), 1) == []
+    # a newer attempt replaces it
+    m = write(spark, sink, range(4), attempt=3, token="c" * 32)
+    assert (m["attempt"], ids(sink)) == (3, [0, 1, 2, 3])
+
+
+def test_a_newer_attempt_that_starts_while_an_older_one_writes_wins_at_commit(spark, tmp_path):
+    """Attempt 4 raises the fence while attempt 3's write tasks run (from inside a task, after the
+    writer was created): attempt 3's commit is refused and its output discarded."""
+    from pyspark.sql import functions as F
+
+    sink = tmp_path / "sink"
+    write(spark, sink, range(4), attempt=1, token="a" * 32)
+    root = str(sink)
+
+    @F.udf("long")
+    def newer_attempt_starts(i):
+        raise_fence(location(root), 1, 4, "d" * 32)
+        return i
+
+    df = _rows(spark, range(200, 204)).withColumn("id", newer_attempt_starts("id"))
+    with pytest.raises(Exception, match="attempt 3 .* attempt 4 started writing it"):
+        write(spark, sink, None, attempt=3, token="c" * 32, df=df)
+    assert ids(sink) == [0, 1, 2, 3] and sink_mod.read_manifest(root, 1)["token"] == "a" * 32
+    assert sink_mod.leftovers(root, 1) == []
+
+
+class RenameWatch:
+    """Every rename under one directory, as Linux inotify reports it (IN_MOVED_FROM / IN_MOVED_TO
+    with the entry's name), read through ctypes."""
+
+    IN_MOVED_FROM, IN_MOVED_TO, IN_NONBLOCK = 0x40, 0x80, 0o4000
+
+    def __init__(self, path: Path) -> None:
+        import ctypes
+
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(self.IN_NONBLOCK)
+        assert self.fd >= 0, ctypes.get_errno()
+        wd = self.libc.inotify_add_watch(self.fd, os.fsencode(str(path)), self.IN_MOVED_FROM | self.IN_MOVED_TO)
+        assert wd >= 0, ctypes.get_errno()
+
+    def events(self) -> list[tuple[str, str]]:
+        import struct
+
+        out = []
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return out
+            i = 0
+            while i < len(data):
+                _, mask, _, n = struct.unpack_from("iIII", data, i)
+                name = data[i + 16 : i + 16 + n].rstrip(b"\0").decode()
+                out.append(("from" if mask & self.IN_MOVED_FROM else "to", name))
+                i += 16 + n
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def test_a_replaced_batch_is_swapped_in_one_step_never_missing_or_doubled(spark, tmp_path):
+    """While a batch is replaced again and again: the committed version is never renamed away to
+    wait for the new one (the two-rename fallback's window, seen as a move to ``_kbp_replaced_*``):
+    on a local sink the swap is one renameat2(RENAME_EXCHANGE) with the staging directory. A reader
+    polling the root meanwhile always finds the batch, and only one visible copy."""
+    sink = tmp_path / "sink"
+    write(spark, sink, range(4), attempt=1, token="a" * 32)
+    final = sink / "batch_id=1"
+    watch = RenameWatch(sink)
+    stop = threading.Event()
+    seen = {"polls": 0, "missing": 0, "visible_copies": set()}
+
+    def reader():
+        while not stop.is_set():
+            visible = [n for n in os.listdir(sink) if not n.startswith(("_", "."))]
+            seen["visible_copies"].add(len(visible))
+            try:  # the committed batch's path always resolves to a directory
+                fd = os.open(final, os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError:
+                seen["missing"] += 1
+            else:
+                os.close(fd)
+            seen["polls"] += 1
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    try:
+        for attempt in range(2, 6):
+            write(spark, sink, range(4), attempt=attempt, token=f"{attempt:032d}")
+    finally:
+        stop.set()
+        t.join(10)
+    events = watch.events()
+    watch.close()
+    moved_to = [name for kind, name in events if kind == "to"]
+    assert moved_to.count("batch_id=1") == 4  # each replacement moved a new version in ...
+    assert not [n for n in moved_to if n.startswith("_kbp_replaced_")], events  # ... never the old one aside
+    # ... and the old version went where the new one came from (the exchange), to be deleted there
+    assert sorted(n for n in moved_to if n.startswith("_kbp_staging_1_")) == [f"_kbp_staging_1_{a:032d}" for a in range(2, 6)]
+    assert seen["polls"] > 100
+    assert seen["missing"] == 0 and seen["visible_copies"] == {1}
+    assert ids(sink) == [0, 1, 2, 3] and sink_mod.leftovers(str(sink), 1) == []
