@@ -321,6 +321,8 @@ class Standalone:
         return [
             p for p in process_tree(self.proc.pid)
             if "org.apache.spark.deploy.SparkSubmit" in cmdline(p) and app_name in cmdline(p)
+            # spark-class first runs a short-lived launcher JVM that builds the driver's command line
+            and "org.apache.spark.launcher.Main" not in cmdline(p)
         ]
 
 
