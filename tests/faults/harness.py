@@ -233,10 +233,13 @@ class Standalone:
         return self._token
 
     def _request(self, method: str, path: str, **kw: Any) -> requests.Response:
-        r = requests.request(method, f"{self.url}{path}", headers={"Authorization": f"Bearer {self.token()}"}, timeout=30, **kw)
-        if r.status_code == 401:  # expired token
-            self._token = None
+        for attempt in range(10):
             r = requests.request(method, f"{self.url}{path}", headers={"Authorization": f"Bearer {self.token()}"}, timeout=30, **kw)
+            if r.status_code == 401:  # expired token
+                self._token = None
+            elif r.status_code < 500:  # 5xx: SQLite "database is locked" under load; try again
+                return r
+            time.sleep(min(2.0 * (attempt + 1), 10))
         return r
 
     def get(self, path: str, ok404: bool = False, **params: Any) -> Any:
