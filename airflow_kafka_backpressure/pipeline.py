@@ -116,6 +116,20 @@ class PipelineConfig:
         return max(BATCH_TIMEOUT_INTERVALS * self.batch_interval_s, MIN_BATCH_TIMEOUT_S)
 
     @property
+    def control_task_timeout(self) -> float:
+        """``execution_timeout`` (s) of the plan, record and scale tasks: ``task_timeout_s``, else two
+        batch intervals, but at least enough for ten broker calls at their bound."""
+        if self.task_timeout_s is not None:
+            return float(self.task_timeout_s)
+        return max(2 * self.batch_interval_s, 10 * self.kafka_timeout_s)
+
+    @property
+    def batch_task_timeout(self) -> float:
+        """``execution_timeout`` (s) of a task that runs one batch: the batch's own timeout (its Spark
+        work is stopped there) plus the control tasks' bound for submitting, marking and cleaning up."""
+        return self.batch_timeout + self.control_task_timeout
+
+    @property
     def settings_variable(self) -> str:
         """Gains and limits (JSON), edited by users."""
         return f"kbp.{self.name}.settings"

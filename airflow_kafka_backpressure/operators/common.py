@@ -117,7 +117,7 @@ def ledger_for(pipeline: PipelineConfig) -> Ledger:
 def kafka_for(pipeline: PipelineConfig) -> KafkaOffsets:
     from ..hooks.kafka_offsets import KafkaOffsetsHook
 
-    return KafkaOffsetsHook(pipeline.kafka_conn_id).get_conn()
+    return KafkaOffsetsHook(pipeline.kafka_conn_id, timeout_s=pipeline.kafka_timeout_s).get_conn()
 
 
 def commit_progress(pipeline: PipelineConfig, ledger: Ledger, kafka: KafkaOffsets) -> dict[str, int]:
