@@ -38,6 +38,24 @@ def test_commits_move_forward_only_and_stop_at_unfinished_ranges(kafka_broker, t
         assert kafka.committed_offsets(p.group, [tp]) == {tp: 30}
 
 
+def running_batches(bootstrap: str, topic: str, tmp_path, name: str, sizes: list[int]):
+    """A one-partition topic with ``sum(sizes)`` records and a SQLite ledger holding one running
+    batch per size, back to back: ``(pipeline, ledger url, ledger, batch ids)``."""
+    ensure_topic(bootstrap, topic, 1)
+    produce(bootstrap, topic, count=sum(sizes), partitions=1)
+    p = PipelineConfig(name=name, topics=(topic,), sink=str(tmp_path / "sink"))
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = Ledger(url)
+    ledger.create_all()
+    ids, start = [], 0
+    for i, size in enumerate(sizes):
+        batch = ledger.record_plan(p.name, f"run{i}", [OffsetRange(topic, 0, start, start + size)], p.sink, 1000, 0).batch_id
+        ledger.mark_running(batch)
+        ids.append(batch)
+        start += size
+    return p, url, ledger, ids
+
+
 def test_concurrent_record_and_replay_commits_only_move_forward(kafka_broker, topic_name, tmp_path):
     """Two threads commit at once, as the record and the replay task can: "record" finishes batches
     one by one and commits after each, "replay" commits in a loop meanwhile. Each reads the group's
@@ -45,18 +63,8 @@ def test_concurrent_record_and_replay_commits_only_move_forward(kafka_broker, to
     older view commits after a newer one and the group moves back. A third thread watches the group."""
     import threading
 
-    ensure_topic(kafka_broker.bootstrap, topic_name, 1)
-    produce(kafka_broker.bootstrap, topic_name, count=40, partitions=1)
-    p = PipelineConfig(name="race", topics=(topic_name,), sink=str(tmp_path / "sink"))
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    ledger = Ledger(url)
-    ledger.create_all()
+    p, url, ledger, ids = running_batches(kafka_broker.bootstrap, topic_name, tmp_path, "race", [1] * 40)
     tp = TopicPartition(topic_name, 0)
-    ids = []
-    for i in range(40):
-        batch = ledger.record_plan(p.name, f"run{i}", [OffsetRange(topic_name, 0, i, i + 1)], p.sink, 1000, 0).batch_id
-        ledger.mark_running(batch)
-        ids.append(batch)
 
     finished = threading.Event()
     seen: list[int] = []
@@ -107,16 +115,9 @@ def test_a_commit_waits_for_the_pipelines_commit_lock(kafka_broker, topic_name, 
 
     from airflow_kafka_backpressure.operators.common import commit_lock
 
-    ensure_topic(kafka_broker.bootstrap, topic_name, 1)
-    produce(kafka_broker.bootstrap, topic_name, count=5, partitions=1)
-    p = PipelineConfig(name="held", topics=(topic_name,), sink=str(tmp_path / "sink"))
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    ledger = Ledger(url)
-    ledger.create_all()
-    tp = TopicPartition(topic_name, 0)
-    batch = ledger.record_plan(p.name, "run", [OffsetRange(topic_name, 0, 0, 5)], p.sink, 1000, 0).batch_id
-    ledger.mark_running(batch)
+    p, url, ledger, (batch,) = running_batches(kafka_broker.bootstrap, topic_name, tmp_path, "held", [5])
     ledger.mark_succeeded(batch, 5, 1)
+    tp = TopicPartition(topic_name, 0)
 
     result: dict = {}
 

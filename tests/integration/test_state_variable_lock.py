@@ -8,9 +8,6 @@ they run, and two records' updates are both kept."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
-
 import pytest
 
 from airflow_kafka_backpressure.ledger import Ledger
@@ -22,20 +19,16 @@ from . import airflow_harness as af
 
 DAG_ID = "kbp_test_state_lock"
 SPEC_ENV = "KBP_TEST_STATE_LOCK"
-DAG_FILE = f'''
-import json, os
-from datetime import datetime
-from airflow.sdk import DAG
-from airflow_kafka_backpressure.operators import ExecutorScalingOperator, RecordBatchMetricsOperator
-
-spec = os.environ.get("{SPEC_ENV}")
-if spec:
-    spec = json.loads(spec)
-    with DAG("{DAG_ID}", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
-        record = RecordBatchMetricsOperator(task_id="record", pipeline=spec["pipeline"], metrics=spec["metrics"])
-        scale = ExecutorScalingOperator(task_id="scale", pipeline=spec["pipeline"])
-        record >> scale
-'''
+DAG_FILE = af.spec_dag_source(
+    DAG_ID,
+    SPEC_ENV,
+    "from airflow_kafka_backpressure.operators import ExecutorScalingOperator, RecordBatchMetricsOperator",
+    """
+record = RecordBatchMetricsOperator(task_id="record", pipeline=spec["pipeline"], metrics=spec["metrics"])
+scale = ExecutorScalingOperator(task_id="scale", pipeline=spec["pipeline"])
+record >> scale
+""",
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +38,15 @@ def airflow_db():
 
 @pytest.fixture
 def state_dag(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
-    folder = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "kbp_test_state_lock.py").write_text(DAG_FILE)
+    dag_file = af.install_dag_file("kbp_test_state_lock.py", DAG_FILE)
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_LOCK_KAFKA", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}))
-    # a short ledger bound, so a held lock fails the task quickly
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_LOCK_LEDGER", json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": url, "timeout_s": 3}}))
+    connections = {
+        "kbp_lock_kafka": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}},
+        # a short ledger bound, so a held lock fails the task quickly
+        "kbp_lock_ledger": {"conn_type": "generic", "extra": {"sqlalchemy_url": url, "timeout_s": 3}},
+    }
+    for conn_id, conn in connections.items():
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
     ensure_topic(kafka_broker.bootstrap, topic_name, 1)
     pipeline = {"name": "locktest", "topics": [topic_name], "sink": str(tmp_path / "sink"),
                 "kafka_conn_id": "kbp_lock_kafka", "ledger_conn_id": "kbp_lock_ledger"}
@@ -71,7 +66,7 @@ def state_dag(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
         return b
 
     yield run, finished_batch, ledger
-    (folder / "kbp_test_state_lock.py").unlink()
+    dag_file.unlink()
 
 
 def test_record_and_scale_update_their_variables_under_the_ledger_lock(state_dag, capfd):
