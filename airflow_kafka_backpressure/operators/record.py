@@ -14,6 +14,7 @@ from .common import (
     load_controller,
     load_settings,
     save_controller,
+    state_lock,
 )
 
 
@@ -75,24 +76,25 @@ class RecordBatchMetricsOperator(PipelineOperator):
         p = self.pipeline
         metrics = self._metrics()
         settings = load_settings(p)
-        controller = load_controller(p, settings)
         ledger = self.ledger
         plan = ledger.get_plan(p.name, context["run_id"])
         if plan is None:
             self.log.warning("No stored plan for run %s: scheduling delay taken as 0", context["run_id"])
         delay = scheduling_delay_ms(context["dag_run"], plan)
 
-        rate_before = controller.rate.latest_rate
-        feedback = controller.on_batch_completed(
-            batch_id=metrics.batch_id,
-            time_ms=metrics.committed_at_ms,
-            records=metrics.records,
-            processing_ms=metrics.processing_ms,
-            scheduling_delay_ms=delay,
-            executors=metrics.executors,
-            window_batches=settings.cost_window_batches,
-        )
-        save_controller(p, controller, settings)
+        with state_lock(p, ledger, p.controller_variable):  # read-modify-write of the state Variable
+            controller = load_controller(p, settings)
+            rate_before = controller.rate.latest_rate
+            feedback = controller.on_batch_completed(
+                batch_id=metrics.batch_id,
+                time_ms=metrics.committed_at_ms,
+                records=metrics.records,
+                processing_ms=metrics.processing_ms,
+                scheduling_delay_ms=delay,
+                executors=metrics.executors,
+                window_batches=settings.cost_window_batches,
+            )
+            save_controller(p, controller, settings)
 
         ledger.record_metrics(metrics.batch_id, scheduling_delay_ms=delay)
         with self.kafka_hook.get_conn() as kafka:

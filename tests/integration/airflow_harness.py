@@ -142,3 +142,27 @@ def pipeline_maker(
         return p, Ledger(ledger_url)
 
     return make
+
+
+def spec_dag_source(dag_id: str, spec_env: str, imports: str, tasks: str) -> str:
+    """The text of a DAG file for ``dag_id`` whose tasks are built from the JSON in env ``spec_env``
+    (as ``spec``); the DAG exists only while that variable is set, so tests can vary it per run."""
+    body = "\n".join("        " + line for line in tasks.strip().splitlines())
+    return (
+        "import json, os\nfrom datetime import datetime\nfrom airflow.sdk import DAG\n"
+        f"{imports.strip()}\n\n"
+        f"spec = os.environ.get({spec_env!r})\n"
+        "if spec:\n"
+        "    spec = json.loads(spec)\n"
+        f"    with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:\n"
+        f"{body}\n"
+    )
+
+
+def install_dag_file(name: str, source: str) -> Path:
+    """Write a DAG file into the DAGs folder; returns its path (unlink it when done)."""
+    folder = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(source)
+    return path
