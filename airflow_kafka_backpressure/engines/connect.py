@@ -21,9 +21,11 @@ settings); static ones must be set on the server, and a warning names them.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
-from collections.abc import Mapping
+import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,26 @@ from . import BatchJobError, Engine
 from .submit import package_zip, zip_tree
 
 log = logging.getLogger(__name__)
+
+#: Environment variables pyspark sets in the client process when a Connect session is created and
+#: never removes. Left behind they put the whole process in Connect mode: a later ``spark-submit``
+#: from it (the submit engine, the Spark provider's operators) inherits them and its driver then
+#: fails with ``CONNECT_URL_NOT_SET``. The engine restores them when the batch ends.
+CONNECT_ENV_VARS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
+@contextlib.contextmanager
+def restored_environment(names: tuple[str, ...] = CONNECT_ENV_VARS) -> Iterator[None]:
+    """Put the variables ``names`` back as they were before the block (set, changed or removed)."""
+    saved = {n: os.environ.get(n) for n in names}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def transform_package(transform: str | None, dest: Path) -> str | None:
@@ -67,6 +89,10 @@ class ConnectEngine(Engine):
         self._tag: str | None = None
 
     def run(self, spec: JobSpec) -> BatchMetrics:
+        with restored_environment():
+            return self._run(spec)
+
+    def _run(self, spec: JobSpec) -> BatchMetrics:
         from pyspark.sql import SparkSession
 
         from ..spark.job import JobError, run_batch

@@ -159,6 +159,8 @@ def check_stopped(engine, server, watch: ProcessWatch, held: list[int]) -> None:
         # the batch started nothing on this side; its work ran on the server, which stays up
         assert not still_running(watch.seen.values())
         assert server.process.poll() is None, "the Spark Connect server died"
+        # and the client left the task process as it found it (a later spark-submit from it works)
+        assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
 
 
 def check_failed_and_replay(make, p, ledger, flag, kafka_broker, produced: int, expect_in_error: str) -> None:
@@ -175,7 +177,7 @@ def check_failed_and_replay(make, p, ledger, flag, kafka_broker, produced: int, 
 
     flag.unlink()
     # the replay runs with the default timeout: the stop was the batch's, not the pipeline's
-    p2, ledger = make(transform=HOLD, replay_interval_s=20)
+    p2, ledger = make(name=p.name, transform=HOLD, replay_interval_s=20)
     replay = af.run_dag(p2.replay_dag_id, 0)
     assert replay.state == "success", replay.task_states
     assert [x["batch_id"] for x in replay.xcoms["replay"]] == [1]
@@ -189,7 +191,7 @@ def check_failed_and_replay(make, p, ledger, flag, kafka_broker, produced: int, 
 
 def test_killing_the_ingest_task_stops_the_batch_and_it_replays_exactly_once(engine_setup, kafka_broker):
     engine, server, make, flag = engine_setup
-    p, ledger = make(transform=HOLD, replay_interval_s=20)
+    p, ledger = make(name=f"kill_{engine}", transform=HOLD, replay_interval_s=20)
     produce(kafka_broker.bootstrap, p.topics[0], count=120, partitions=4)
     flag.touch()
 
@@ -207,7 +209,7 @@ def test_killing_the_ingest_task_stops_the_batch_and_it_replays_exactly_once(eng
 def test_a_batch_over_its_timeout_is_stopped_and_replays_exactly_once(engine_setup, kafka_broker):
     engine, server, make, flag = engine_setup
     # long enough for the job to reach the UDF on a loaded machine, short enough for a test
-    p, ledger = make(transform=HOLD, replay_interval_s=20, batch_timeout_s=90)
+    p, ledger = make(name=f"timeout_{engine}", transform=HOLD, replay_interval_s=20, batch_timeout_s=90)
     produce(kafka_broker.bootstrap, p.topics[0], count=120, partitions=4)
     flag.touch()
 

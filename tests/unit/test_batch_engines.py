@@ -3,6 +3,7 @@ hand-off, exit descriptions, the read tally, the supervision of a run (timeouts,
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -188,3 +189,19 @@ def test_an_interrupted_wait_stops_the_run_and_reraises(tmp_path):
         supervise(engine, spec, timeout_s=20, poll_s=0.05, on_start=interrupt)
     assert engine.stop_reason and "interrupted" in engine.stop_reason
     assert time.monotonic() - started < 20
+
+
+def test_the_connect_engine_leaves_no_connect_mode_in_the_process_environment(monkeypatch):
+    """pyspark sets SPARK_CONNECT_MODE_ENABLED (and maybe SPARK_REMOTE) when a Connect session is
+    created; a later spark-submit from the same process would inherit them and fail."""
+    from airflow_kafka_backpressure.engines.connect import restored_environment
+
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)
+    monkeypatch.setenv("SPARK_REMOTE", "sc://user-set:1")
+    monkeypatch.delenv("SPARK_LOCAL_REMOTE", raising=False)
+    with restored_environment():
+        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+        os.environ["SPARK_REMOTE"] = "sc://engine:2"
+        os.environ["SPARK_LOCAL_REMOTE"] = "1"
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ and "SPARK_LOCAL_REMOTE" not in os.environ
+    assert os.environ["SPARK_REMOTE"] == "sc://user-set:1"  # what the user had is kept
