@@ -205,3 +205,44 @@ def test_the_connect_engine_leaves_no_connect_mode_in_the_process_environment(mo
         os.environ["SPARK_LOCAL_REMOTE"] = "1"
     assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ and "SPARK_LOCAL_REMOTE" not in os.environ
     assert os.environ["SPARK_REMOTE"] == "sc://user-set:1"  # what the user had is kept
+
+
+def test_operators_and_hooks_hold_no_spark_session_code():
+    """Spark sessions live in the engines (connect) and in spark/ (the driver program): the
+    operators and hooks only choose and supervise an engine."""
+    import ast
+    from pathlib import Path
+
+    import airflow_kafka_backpressure as pkg
+
+    root = Path(pkg.__file__).parent
+    offending = []
+    for folder in ("operators", "hooks"):
+        for path in sorted((root / folder).glob("*.py")):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""]
+                elif isinstance(node, ast.Name | ast.Attribute):
+                    names = [node.id if isinstance(node, ast.Name) else node.attr]
+                for name in names:
+                    if name.split(".")[0] == "pyspark" or name in ("SparkSession", "_jvm", "sparkContext"):
+                        offending.append(f"{path.relative_to(root)}:{node.lineno} {name}")
+    assert not offending
+
+
+def test_the_submit_engine_locates_the_driver_program_without_importing_it():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from airflow_kafka_backpressure.engines.submit import job_script_path\n"
+        "path = job_script_path()\n"
+        "assert path.endswith('spark/job.py'), path\n"
+        "assert 'airflow_kafka_backpressure.spark.job' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
