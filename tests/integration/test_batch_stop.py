@@ -33,7 +33,7 @@ from airflow_kafka_backpressure.local.producer import produce
 from airflow_kafka_backpressure.spark.sink import leftovers
 
 from . import airflow_harness as af
-from .test_pipeline_e2e import sink_ids
+from .test_pipeline_e2e import airflow_db, make_pipeline, sink_ids  # noqa: F401 - fixtures
 
 HOLD = "tests.integration.e2e_transforms:hold_while_flagged"
 #: Bounds on waiting for things that must happen; generous: the machine is shared and slow.
@@ -41,22 +41,15 @@ UDF_START_WAIT_S = 300.0
 EXIT_WAIT_S = 30.0
 
 
-@pytest.fixture(scope="module")
-def airflow_db():
-    af.reset_airflow_db()
-
-
-@pytest.fixture(params=["submit", "connect"])
-def engine_setup(request, kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
-    engine = request.param
+@pytest.fixture
+def engine_setup(request, make_pipeline, tmp_path, monkeypatch):
+    """``(engine, Connect server or None, make, hold flag)`` for each engine (``make_pipeline`` is
+    the end-to-end tests' fixture, parametrized over both engines)."""
+    engine = make_pipeline()[0].engine
     server = request.getfixturevalue("spark_connect") if engine == "connect" else None
-    make = af.pipeline_maker(
-        monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path,
-        connect_url=server.url if server else None, engine=engine,
-    )
     flag = tmp_path / "hold"
     monkeypatch.setenv("KBP_TEST_HOLD_FLAG", str(flag))
-    return engine, server, make, flag
+    return engine, server, make_pipeline, flag
 
 
 def descendants() -> dict[int, psutil.Process]:
@@ -77,21 +70,20 @@ class ProcessWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _excluded(self) -> set[int]:
+    def _excluded(self, proc: psutil.Process) -> bool:
+        """Under the excluded process (the Connect server: its Python workers are the server's)."""
         if self.exclude_under is None:
-            return set()
+            return False
         try:
-            root = psutil.Process(self.exclude_under)
-            return {root.pid, *(c.pid for c in root.children(recursive=True))}
+            return any(a.pid == self.exclude_under for a in proc.parents())
         except psutil.Error:
-            return set()
+            return True  # gone already: nothing to check
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            excluded = self._excluded()
             for pid, proc in descendants().items():
-                if pid not in self.before and pid not in excluded:
-                    self.seen.setdefault(pid, proc)
+                if pid not in self.before and pid not in self.seen and not self._excluded(proc):
+                    self.seen[pid] = proc
             self._stop.wait(0.2)
 
     def __enter__(self) -> ProcessWatch:
@@ -218,3 +210,35 @@ def test_a_batch_over_its_timeout_is_stopped_and_replays_exactly_once(engine_set
     assert run.task_states["ingest"] == "failed", run.task_states
     check_stopped(engine, server, watch, held_pids(flag))
     check_failed_and_replay(make, p, ledger, flag, kafka_broker, 120, "timed out after 90 s")
+
+
+@pytest.mark.parametrize("make_pipeline", ["connect"], indirect=True)
+def test_connect_batches_share_a_kept_session_and_a_closed_one_is_replaced(make_pipeline, kafka_broker, spark_connect):
+    """Batches of a pipeline reuse one server-side session (its artifacts and Python workers stay
+    warm); when the server has closed it, the next batch opens a new one and succeeds."""
+    import json
+
+    from pyspark.sql import SparkSession
+
+    from airflow_kafka_backpressure.engines.connect import restored_environment, with_session_id
+
+    p, ledger = make_pipeline(name="kept_session")
+    sessions = work_root() / "connect-sessions.json"
+    kept = lambda: set(json.loads(sessions.read_text()).values()) if sessions.exists() else set()  # noqa: E731
+    before = kept()
+    topic = p.topics[0]
+    produce(kafka_broker.bootstrap, topic, count=40, partitions=4)
+    assert af.run_dag(p.ingest_dag_id, 0).state == "success"
+    [first] = kept() - before
+    produce(kafka_broker.bootstrap, topic, count=40, partitions=4, start_id=40)
+    assert af.run_dag(p.ingest_dag_id, 1).state == "success"
+    assert kept() - before == {first}  # the second batch used the same session
+
+    with restored_environment():  # the server closes the session (as after its idle timeout)
+        SparkSession.builder.remote(with_session_id(spark_connect.url, first)).create().stop()
+    produce(kafka_broker.bootstrap, topic, count=40, partitions=4, start_id=80)
+    r = af.run_dag(p.ingest_dag_id, 2)
+    assert r.state == "success", r.task_states
+    assert first not in kept() and len(kept() - before) == 1  # replaced by a new session
+    assert sink_ids(p.sink) == Counter(range(120))
+    assert [b.status for b in sorted(ledger.recent_batches(p.name), key=lambda b: b.batch_id)] == ["succeeded"] * 3

@@ -246,3 +246,28 @@ def test_the_submit_engine_locates_the_driver_program_without_importing_it():
         "assert 'airflow_kafka_backpressure.spark.job' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def test_connect_session_ids_are_kept_per_key_and_renewed(tmp_path):
+    from airflow_kafka_backpressure.engines.connect import SessionIds, content_key, session_closed, with_session_id
+
+    ids = SessionIds(tmp_path / "sessions.json")
+    a = ids.get("a")
+    assert ids.get("a") == a != ids.get("b")
+    assert SessionIds(tmp_path / "sessions.json").get("a") == a  # kept across processes
+    renewed = ids.renew("a")
+    assert renewed != a and ids.get("a") == renewed
+    (tmp_path / "sessions.json").write_text("{broken")
+    assert ids.get("a")  # a damaged file only costs a new session
+
+    f = tmp_path / "code.zip"
+    f.write_bytes(b"one")
+    k1 = content_key("sc://h:1/", "p", files=(str(f),))
+    f.write_bytes(b"two")
+    assert content_key("sc://h:1/", "p", files=(str(f),)) != k1  # new code, new session
+    assert content_key("sc://h:1/", "q", files=(str(f),)) != content_key("sc://h:1/", "p", files=(str(f),))
+
+    assert with_session_id("sc://h:1", "S") == "sc://h:1/;session_id=S"
+    assert with_session_id("sc://h:1/;token=t", "S") == "sc://h:1/;token=t;session_id=S"
+    assert session_closed(RuntimeError("[INVALID_HANDLE.SESSION_CLOSED] The handle x is invalid."))
+    assert not session_closed(RuntimeError("UNAVAILABLE: connection refused"))
