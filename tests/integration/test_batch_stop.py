@@ -139,8 +139,11 @@ def still_running(procs) -> list[str]:
     return out
 
 
-def check_stopped(engine, server, watch: ProcessWatch, held: list[int]) -> None:
-    assert held, "the batch's UDF never started: the batch was not held running"
+def check_stopped(engine, server, watch: ProcessWatch, held: list[int], *, require_held: bool = True) -> None:
+    """Nothing the batch started runs on. ``require_held``: the batch's UDF must have started (the
+    timeout test cannot insist: on a loaded machine the timeout may come first, which stops the
+    batch all the same)."""
+    assert held or not require_held, "the batch's UDF never started: the batch was not held running"
     gone = [psutil.Process(pid) for pid in held if psutil.pid_exists(pid)]
     assert not still_running(gone), "the Python worker(s) running the batch's task survived the stop"
     if engine == "submit":
@@ -208,7 +211,7 @@ def test_a_batch_over_its_timeout_is_stopped_and_replays_exactly_once(engine_set
     with ProcessWatch(exclude_under=server.pid if server else None) as watch:
         run = af.run_dag(p.ingest_dag_id, 0)
     assert run.task_states["ingest"] == "failed", run.task_states
-    check_stopped(engine, server, watch, held_pids(flag))
+    check_stopped(engine, server, watch, held_pids(flag), require_held=False)
     check_failed_and_replay(make, p, ledger, flag, kafka_broker, 120, "timed out after 90 s")
 
 
