@@ -145,9 +145,17 @@ class ConnectEngine(Engine):
 
     name = "connect"
 
-    def __init__(self, url: str, *, work_root: Path, spark_conf: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        work_root: Path,
+        spark_conf: Mapping[str, str] | None = None,
+        conn_id: str = "spark_connect_default",
+    ) -> None:
         super().__init__()
         self.url = url
+        self.conn_id = conn_id
         self.work_root = Path(work_root)
         self.spark_conf = dict(spark_conf or {})
         self._session: Any = None
@@ -194,16 +202,18 @@ class ConnectEngine(Engine):
         ids = SessionIds(self.work_root / "connect-sessions.json")
         fixed = "session_id=" in self.url
         key = content_key(_redacted(self.url), plan.pipeline, files=tuple(artifacts))
+        unreachable = (
+            f"cannot open a Spark Connect session at {_redacted(self.url)}: {{}}. Is the Connect server running "
+            f"and reachable (the connection {{!r}})? python -m airflow_kafka_backpressure.local spark-connect "
+            "starts one on this machine"
+        )
         for attempt in (1, 2):
             url = self.url if fixed else with_session_id(self.url, ids.get(key) if attempt == 1 else ids.renew(key))
             try:
                 spark = SparkSession.builder.remote(url).create()
             except Exception as e:  # noqa: BLE001 - any client failure means "cannot reach the server"
                 raise BatchJobError(
-                    plan.batch_id,
-                    f"cannot open a Spark Connect session at {_redacted(self.url)}: {type(e).__name__}: "
-                    f"{_first_line(e)}. Is the Connect server running and reachable? (python -m "
-                    "airflow_kafka_backpressure.local spark-connect starts one on this machine)",
+                    plan.batch_id, unreachable.format(f"{type(e).__name__}: {_first_line(e)}", self.conn_id)
                 ) from e
             self._session, self._tag = spark, tag
             try:
@@ -216,6 +226,10 @@ class ConnectEngine(Engine):
                 if attempt == 1 and not fixed and session_closed(e):
                     log.info("The kept Spark Connect session is closed on the server; opening a new one")
                     continue
+                if "UNAVAILABLE" in str(e) or "Connection refused" in str(e):  # gRPC: nobody answers
+                    raise BatchJobError(
+                        plan.batch_id, unreachable.format(f"{type(e).__name__}: {_first_line(e)}", self.conn_id)
+                    ) from e
                 raise BatchJobError(
                     plan.batch_id,
                     f"the Spark Connect server at {_redacted(self.url)} refused the batch's session or its "

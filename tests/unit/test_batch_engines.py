@@ -271,3 +271,4 @@ def test_connect_session_ids_are_kept_per_key_and_renewed(tmp_path):
     assert with_session_id("sc://h:1/;token=t", "S") == "sc://h:1/;token=t;session_id=S"
     assert session_closed(RuntimeError("[INVALID_HANDLE.SESSION_CLOSED] The handle x is invalid."))
     assert not session_closed(RuntimeError("UNAVAILABLE: connection refused"))
+
