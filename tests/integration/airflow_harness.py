@@ -103,6 +103,11 @@ def set_variable(key: str, value: str) -> None:
     Variable.set(key, value)
 
 
+def _pipeline_name(topic: str) -> str:
+    t = topic.replace("-", "_")
+    return t if len(t) <= 60 else f"{t[:53]}_{t[-6:]}"
+
+
 def pipeline_maker(
     monkeypatch,
     bootstrap: str,
@@ -124,9 +129,9 @@ def pipeline_maker(
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the Spark driver imports the test transforms
     ensure_topic(bootstrap, topic, 4)
     base = {
-        # unique per test (the topic's random suffix kept): DAG ids and sink Asset names must not
-        # repeat across tests, or Airflow deactivates the later test's Asset (same name, new URI)
-        "name": f"{topic[:-7][:52]}_{topic[-6:]}".replace("-", "_"),
+        # unique per test instance (the topic's random suffix kept): two pipelines of one name with
+        # different sinks would make Airflow see two URIs for one sink Asset and refuse the second
+        "name": _pipeline_name(topic),
         "topics": (topic,),
         "sink": str(tmp_path / "sink"),
         "batch_interval_s": 60,
