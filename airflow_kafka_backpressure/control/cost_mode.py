@@ -203,7 +203,10 @@ def plan_budget(fit: CostFit | None, params: CostParams, inputs: PlanInputs) -> 
 
     if lag <= n_target:
         return done(n_target, "keep-up", f"all {lag} records fit in {params.target_ratio:g} of the interval")
-    noise_note = f" less a noise margin of {margin - 1:.0%}" if margin > 1 else ""
+    if cap_s > params.max_ratio * interval / margin:  # the margin would go below the target
+        noise_note = f" (held at target_ratio {params.target_ratio:g}: a noise margin of {margin - 1:.0%} would go below it)"
+    else:
+        noise_note = f" less a noise margin of {margin - 1:.0%}" if margin > 1 else ""
     if params.drain_horizon_s <= 0:
         want = math.inf
     else:
