@@ -11,7 +11,7 @@ batch is sized by the controller (never by "everything that is there"). The rati
 
 On a loaded 2-core machine the fixed cost is what moves: over Connect a batch opens a session,
 uploads its artifacts and starts cold Python workers (Data Source, transform, sink), measured at
-5-20 s at a load average of 2-7, 27-50 s at 16 and 50-65 s at 40-50, and a batch now and then
+5-20 s at a load average of 2-7, 27-50 s at 16 and 45-60 s at 40-50, and a batch now and then
 takes 30 s more when someone else's job lands on it. No controller can take that out of one
 batch, so the settled ratio is the median of the last batches — one unlucky batch cannot fail the
 test, while a controller aiming elsewhere moves the median out of the band — and the interval is
