@@ -25,13 +25,28 @@ def scheduling_delay_ms(dag_run: Any, plan: BatchPlan | None) -> int:
     0 for manual and backfill runs, whose scheduled time says nothing about the pipeline keeping
     up. The plan is stored once per run and reused by retries, cleared tasks and re-runs, so a run
     cleared a day later feeds the delay its first start had, not its age (the run's own
-    ``start_date`` moves to the re-run). Without a plan: 0.
+    ``start_date`` moves to the re-run). A cleared run (``clear_number`` > 0) whose plan was made
+    only after it was cleared (its first attempt failed before planning) feeds 0: its plan's time is
+    when someone cleared it, not how far the scheduler was behind — the rule of Airflow's own
+    ``dagrun.first_task_scheduling_delay`` metric, which skips cleared runs. Without a plan: 0.
     """
     run_type = str(getattr(dag_run, "run_type", "") or "").lower()
     due = getattr(dag_run, "run_after", None)
     if "scheduled" not in run_type or due is None or plan is None:
         return 0
+    if (getattr(dag_run, "clear_number", 0) or 0) > 0 and _planned_after_clear(dag_run, plan):
+        return 0
     return max(plan.planned_at_ms - int(due.timestamp() * 1000), 0)
+
+
+def _planned_after_clear(dag_run: Any, plan: BatchPlan) -> bool:
+    """Whether the plan was made in the current (cleared) attempt of the run: at or after the run's
+    current ``start_date`` (Airflow resets it when a finished run is cleared) — or, not knowing it,
+    assume so."""
+    started = getattr(dag_run, "start_date", None)
+    if started is None:
+        return True
+    return plan.planned_at_ms >= int(started.timestamp() * 1000)
 
 
 class RecordBatchMetricsOperator(PipelineOperator):

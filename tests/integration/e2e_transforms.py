@@ -55,3 +55,21 @@ def hold_while_flagged(df):
         return value
 
     return df.withColumn("value", F.udf(hold, df.schema["value"].dataType)(F.col("value")))
+
+
+#: Work per record of :func:`cost_per_record`, seconds (a sleep: it costs the same on a loaded machine).
+SECONDS_PER_RECORD = 0.02
+
+
+def _sleep_per_record(batches):
+    import time
+
+    for batch in batches:
+        time.sleep(batch.num_rows * SECONDS_PER_RECORD)
+        yield batch
+
+
+def cost_per_record(df):
+    """The records unchanged, after ``SECONDS_PER_RECORD`` of work each (in the Python worker that
+    holds them): a per-record cost that is known and does not depend on the machine's load."""
+    return df.mapInArrow(_sleep_per_record, df.schema)
