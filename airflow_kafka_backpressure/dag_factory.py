@@ -24,7 +24,15 @@ from .operators import (
 from .pipeline import PIPELINES_FILE_ENV, PipelineConfig, load_pipelines
 from .sensors.failed_ranges import FailedRangesSensor
 
-__all__ = ["PIPELINES_FILE_ENV", "build_dags", "build_ingest_dag", "build_replay_dag", "load_pipelines"]
+__all__ = [
+    "PIPELINES_FILE_ENV",
+    "REPLAY_BATCHES_PER_RUN",
+    "build_dags",
+    "build_ingest_dag",
+    "build_replay_dag",
+    "load_pipelines",
+    "task_timeouts",
+]
 
 
 def _doc(p: PipelineConfig) -> str:
@@ -42,6 +50,28 @@ Failed batches are replayed by the DAG `{p.replay_dag_id}`.
 """
 
 
+#: Failed batches one replay run takes on (the rest wait for the next run): it bounds the run.
+REPLAY_BATCHES_PER_RUN = 10
+
+
+def task_timeouts(p: PipelineConfig) -> dict[str, timedelta]:
+    """``execution_timeout`` of every task of the pipeline's two DAGs, derived from its batch interval
+    and timeouts (set ``task_timeout_s``, ``batch_timeout_s``, ``replay_interval_s`` to change them).
+
+    Each is a last resort above the task's own bounds (broker and ledger calls, the batch timeout):
+    a task that outlives it is killed by Airflow (its ``on_kill`` stops the Spark work) and fails."""
+    control = p.control_task_timeout
+    every = p.replay_interval_s or 5 * p.batch_interval_s
+    return {
+        "plan": timedelta(seconds=control),
+        "ingest": timedelta(seconds=p.batch_task_timeout),
+        "record": timedelta(seconds=control),
+        "scale": timedelta(seconds=control),
+        "failed_ranges": timedelta(seconds=every + control),
+        "replay": timedelta(seconds=REPLAY_BATCHES_PER_RUN * p.batch_task_timeout + control),
+    }
+
+
 def build_ingest_dag(p: PipelineConfig, **dag_kwargs: Any) -> DAG:
     args = dict(
         dag_id=p.ingest_dag_id,
@@ -54,11 +84,12 @@ def build_ingest_dag(p: PipelineConfig, **dag_kwargs: Any) -> DAG:
         doc_md=_doc(p),
     )
     args.update(dag_kwargs)
+    t = task_timeouts(p)
     with DAG(**args) as dag:
-        plan = PlanOffsetRangesOperator(task_id="plan", pipeline=p)
-        ingest = SparkKafkaBatchOperator(task_id="ingest", pipeline=p)
-        record = RecordBatchMetricsOperator(task_id="record", pipeline=p)
-        scale = ExecutorScalingOperator(task_id="scale", pipeline=p)
+        plan = PlanOffsetRangesOperator(task_id="plan", pipeline=p, execution_timeout=t["plan"])
+        ingest = SparkKafkaBatchOperator(task_id="ingest", pipeline=p, execution_timeout=t["ingest"])
+        record = RecordBatchMetricsOperator(task_id="record", pipeline=p, execution_timeout=t["record"])
+        scale = ExecutorScalingOperator(task_id="scale", pipeline=p, execution_timeout=t["scale"])
         plan >> ingest >> record >> scale
     return dag
 
@@ -76,8 +107,10 @@ def build_replay_dag(p: PipelineConfig, **dag_kwargs: Any) -> DAG:
         doc_md=f"Replays failed batches of pipeline `{p.name}`, earliest first, with the same ranges and sink path.",
     )
     args.update(dag_kwargs)
+    t = task_timeouts(p)
     with DAG(**args) as dag:
         wait = FailedRangesSensor(
+            execution_timeout=t["failed_ranges"],
             task_id="failed_ranges",
             pipeline=p,
             deferrable=p.replay_deferrable,
@@ -85,7 +118,9 @@ def build_replay_dag(p: PipelineConfig, **dag_kwargs: Any) -> DAG:
             timeout=max(1.0, every * 0.9),
             soft_fail=True,  # nothing failed in this window: the run is skipped, not failed
         )
-        replay = ReplayFailedRangesOperator(task_id="replay", pipeline=p)
+        replay = ReplayFailedRangesOperator(
+            task_id="replay", pipeline=p, max_batches=REPLAY_BATCHES_PER_RUN, execution_timeout=t["replay"]
+        )
         wait >> replay
     return dag
 

@@ -3,16 +3,28 @@
 No Airflow import: the Airflow hook (:mod:`.hooks.kafka_offsets`) resolves a connection into
 client properties and delegates here, and the Spark driver can use it for its bounds check.
 Every call is bounded in time; an unreachable cluster or a missing topic raises a clear error.
+
+**Bounds.** kafka-python bounds most calls by its request timeout, but not all: ``committed()`` and
+``commit()`` without ``timeout_ms`` retry for ever while the group coordinator is unavailable, and a
+metadata refresh waits on the connection's own timeouts. So each call here passes ``timeout_ms`` where
+kafka-python takes one, and also runs under a watchdog (:meth:`KafkaOffsets._call`): whatever the
+client does, the caller gets :class:`KafkaUnavailableError` naming the call, the broker and the fix
+within ``timeout_s`` + :data:`WATCHDOG_GRACE_S`. A client whose call was abandoned is discarded.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .kafka_config import redact, to_kafka_python
 from .models import TopicPartition
+
+
+#: Seconds the watchdog waits beyond ``timeout_s`` for kafka-python's own timeout to fire first.
+WATCHDOG_GRACE_S = 2.0
 
 
 class KafkaUnavailableError(RuntimeError):
@@ -34,6 +46,8 @@ class KafkaOffsets:
     def __init__(self, properties: Mapping[str, Any], *, source: str = "Kafka", timeout_s: float = 10.0):
         self.properties = dict(properties)
         self.source = source
+        if not timeout_s > 0:
+            raise ValueError(f"{source}: the broker timeout must be > 0 seconds, got {timeout_s!r}")
         self.timeout_ms = max(int(timeout_s * 1000), 1)
         self.config = to_kafka_python(self.properties, source=source)
         self._consumer: Any = None
@@ -43,30 +57,46 @@ class KafkaOffsets:
     def bootstrap(self) -> str:
         return str(self.config["bootstrap_servers"])
 
-    def _unavailable(self, e: Exception) -> KafkaUnavailableError:
+    def _unavailable(self, e: Exception, what: str = "connect") -> KafkaUnavailableError:
         return KafkaUnavailableError(
-            f"{self.source}: no Kafka broker answered at {self.bootstrap} within "
+            f"{self.source}: {what}: no Kafka broker answered at {self.bootstrap} within "
             f"{self.timeout_ms / 1000:g}s ({type(e).__name__}: {e}). Check bootstrap.servers and the "
             f"security settings {redact(self.properties)}, and that the brokers are reachable from "
-            "this machine."
+            "this machine; if they are only slow, raise the pipeline's kafka_timeout_s (the hook's timeout_s)."
+        )
+
+    def _no_answer(self, what: str, cause: BaseException | None = None) -> KafkaUnavailableError:
+        detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+        return KafkaUnavailableError(
+            f"{self.source}: {what}: no answer from the Kafka broker(s) at {self.bootstrap} within "
+            f"{self.timeout_ms / 1000:g}s{detail}. The brokers (or the consumer group's coordinator) are "
+            "down, frozen or unreachable from this machine: check that the brokers at this address are up "
+            "and reachable; if they are only slow, raise the pipeline's kafka_timeout_s (the hook's "
+            "timeout_s). Retrying the task is safe."
         )
 
     def _new_consumer(self, group_id: str | None, **overrides: Any) -> Any:
+        what = "connect" if group_id is None else f"connect for consumer group {group_id!r}"
         from kafka import KafkaConsumer
         from kafka.errors import KafkaError
 
+        settings = {
+            **self.config,
+            "request_timeout_ms": max(self.timeout_ms, 1000),
+            "bootstrap_timeout_ms": self.timeout_ms,
+            **overrides,
+        }
         try:
-            settings = {
-                **self.config,
-                "request_timeout_ms": max(self.timeout_ms, 1000),
-                "bootstrap_timeout_ms": self.timeout_ms,
-                **overrides,
-            }
-            return KafkaConsumer(
-                **settings, group_id=group_id, enable_auto_commit=False, allow_auto_create_topics=False
+            return self._bounded(
+                what,
+                lambda: KafkaConsumer(
+                    **settings, group_id=group_id, enable_auto_commit=False, allow_auto_create_topics=False
+                ),
             )
+        except KafkaUnavailableError:
+            raise
         except KafkaError as e:
-            raise self._unavailable(e) from e
+            raise self._unavailable(e, what) from e
 
     @property
     def consumer(self) -> Any:
@@ -81,17 +111,61 @@ class KafkaOffsets:
             self._group_consumers[group_id] = self._new_consumer(group_id)
         return self._group_consumers[group_id]
 
-    def _call(self, what: str, fn, *args):
-        from kafka.errors import KafkaError
+    def _bounded(self, what: str, fn, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` in a watchdog thread: its result or its exception, or
+        :class:`KafkaUnavailableError` once ``timeout_s`` + :data:`WATCHDOG_GRACE_S` have passed
+        (the stuck call is left to its daemon thread and every client of this object discarded)."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["value"] = fn(*args, **kwargs)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"kbp-kafka-{what[:40]}", daemon=True).start()
+        if not done.wait(self.timeout_ms / 1000 + WATCHDOG_GRACE_S):
+            self._discard()
+            raise self._no_answer(what)
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+    def _call(self, what: str, fn, *args: Any, **kwargs: Any) -> Any:
+        from kafka.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError
 
         try:
-            return fn(*args)
+            return self._bounded(what, fn, *args, **kwargs)
+        except (KafkaTimeoutError, RequestTimedOutError) as e:
+            raise self._no_answer(what, e) from e
         except KafkaError as e:
             raise KafkaUnavailableError(
                 f"{self.source}: {what} failed at {self.bootstrap}: {type(e).__name__}: {e}"
             ) from e
 
+    def _discard(self) -> None:
+        """Forget every client (one may be stuck in a call) and close them in the background."""
+        clients = [c for c in [self._consumer, *self._group_consumers.values()] if c is not None]
+        self._consumer = None
+        self._group_consumers = {}
+
+        def close_all() -> None:
+            for c in clients:
+                try:
+                    c.close(autocommit=False, timeout_ms=self.timeout_ms)
+                except Exception:  # closing is best effort
+                    pass
+
+        threading.Thread(target=close_all, name="kbp-kafka-close", daemon=True).start()
+
     # ----- queries ----------------------------------------------------------------------------
+    def topics(self) -> set[str]:
+        """The topics the cluster shows this client."""
+        return set(self._call("list topics", self.consumer.topics))
+
     def partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
         """All partitions of ``topics``; :class:`TopicNotFoundError` names the missing ones."""
         topics = list(dict.fromkeys(topics))
@@ -118,7 +192,7 @@ class KafkaOffsets:
         tps = list(tps)
         if not tps:
             return {}
-        result = self._call(what, fn, [KTP(tp.topic, tp.partition) for tp in tps])
+        result = self._call(what, fn, [KTP(tp.topic, tp.partition) for tp in tps], timeout_ms=self.timeout_ms)
         return {TopicPartition(k.topic, k.partition): int(v) for k, v in result.items()}
 
     def earliest_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
@@ -135,7 +209,10 @@ class KafkaOffsets:
         out = {}
         for tp in tps:
             offset = self._call(
-                f"committed offset of group {group_id!r} for {tp}", consumer.committed, KTP(tp.topic, tp.partition)
+                f"committed offset of group {group_id!r} for {tp}",
+                consumer.committed,
+                KTP(tp.topic, tp.partition),
+                timeout_ms=self.timeout_ms,  # without it kafka-python retries for ever
             )
             if offset is not None and offset >= 0:
                 out[tp] = int(offset)
@@ -150,7 +227,7 @@ class KafkaOffsets:
             return
         consumer = self._group(group_id)
         payload = {KTP(tp.topic, tp.partition): OffsetAndMetadata(int(o), "", -1) for tp, o in offsets.items()}
-        self._call(f"commit for group {group_id!r}", consumer.commit, payload)
+        self._call(f"commit for group {group_id!r}", consumer.commit, payload, timeout_ms=self.timeout_ms)
 
     def record_timestamps(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """The Kafka timestamp (epoch ms) of the first record at or after each offset.

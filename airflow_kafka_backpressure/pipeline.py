@@ -12,7 +12,7 @@ import os
 import re
 import types
 import typing
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,8 @@ class PipelineConfig:
     replay_interval_s: float | None = None  # how often the replay DAG looks; default 5 x batch interval
     stale_after_s: float | None = None  # a batch planned/running this long is replayable; None: DEFAULT_STALE_AFTER_S
     lease_s: float | None = None  # a running batch whose worker showed no sign of life this long is replayable; default 120
+    kafka_timeout_s: float = 30.0  # bound of each broker call of the plan, record and replay tasks
+    task_timeout_s: float | None = None  # execution_timeout of plan/record/scale; default derived below
     replay_deferrable: bool = True  # the replay sensor waits in the triggerer, not in a worker slot
     start_date: str = "2026-01-01"
     tags: tuple[str, ...] = ()
@@ -69,7 +71,7 @@ class PipelineConfig:
             raise bad("name", self.name, "use letters, digits, '_', '.', '-' (at most 100)")
         topics = (self.topics,) if isinstance(self.topics, str) else tuple(self.topics)
         if not topics or not all(isinstance(t, str) and t for t in topics):
-            raise bad("topics", self.topics, "give at least one topic name")
+            raise bad("topics", self.topics, "give a list of strings with at least one topic name")
         object.__setattr__(self, "topics", topics)
         object.__setattr__(self, "tags", tuple(self.tags))
         _check_types(self, bad)
@@ -81,10 +83,11 @@ class PipelineConfig:
                 "use an absolute path or a URI (/data/orders, s3://bucket/orders): a relative path means a "
                 "different directory to the Airflow worker, the Spark driver and each executor",
             )
-        for key in ("batch_interval_s", "stall_timeout_s", "batch_timeout_s", "replay_interval_s", "stale_after_s", "lease_s"):
+        for key in _SECONDS:
             value = getattr(self, key)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise bad(key, value, "must be a finite number of seconds > 0")
+        _check_timing(self, bad)
         if self.starting_offsets not in STARTING_OFFSETS:
             raise bad("starting_offsets", self.starting_offsets, f"one of {STARTING_OFFSETS}")
         if self.on_data_loss not in ON_DATA_LOSS:
@@ -114,6 +117,20 @@ class PipelineConfig:
         if self.batch_timeout_s is not None:
             return float(self.batch_timeout_s)
         return max(BATCH_TIMEOUT_INTERVALS * self.batch_interval_s, MIN_BATCH_TIMEOUT_S)
+
+    @property
+    def control_task_timeout(self) -> float:
+        """``execution_timeout`` (s) of the plan, record and scale tasks: ``task_timeout_s``, else two
+        batch intervals, but at least enough for ten broker calls at their bound."""
+        if self.task_timeout_s is not None:
+            return float(self.task_timeout_s)
+        return max(2 * self.batch_interval_s, 10 * self.kafka_timeout_s)
+
+    @property
+    def batch_task_timeout(self) -> float:
+        """``execution_timeout`` (s) of a task that runs one batch: the batch's own timeout (its Spark
+        work is stopped there) plus the control tasks' bound for submitting, marking and cleaning up."""
+        return self.batch_timeout + self.control_task_timeout
 
     @property
     def settings_variable(self) -> str:
@@ -147,12 +164,18 @@ class PipelineConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PipelineConfig:
+        if not isinstance(d, dict):
+            raise ValueError(f"a pipeline must be a JSON object with name, topics and sink; got {type(d).__name__} {d!r:.80}")
         known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(d) - known)
+        unknown = sorted(str(k) for k in set(d) - known)
         if unknown:
             raise ValueError(
                 f"pipeline {d.get('name')!r}: unknown key(s) {unknown}; allowed: {sorted(known)}"
             )
+        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        missing = [k for k in required if k not in d]
+        if missing:
+            raise ValueError(f"pipeline {d.get('name')!r}: required key(s) {missing} missing (required: {required})")
         return cls(**d)
 
     @classmethod
@@ -164,12 +187,53 @@ class PipelineConfig:
         items = raw.get("pipelines", raw) if isinstance(raw, dict) else raw
         if not isinstance(items, list):
             raise ValueError(f'{source}: expected a list of pipelines or {{"pipelines": [...]}}')
-        configs = [cls.from_dict(x) for x in items]
+        configs = []
+        for i, item in enumerate(items):
+            try:
+                configs.append(cls.from_dict(item))
+            except ValueError as e:
+                raise ValueError(f"{source}: pipeline #{i + 1}: {e}") from None
         names = [c.name for c in configs]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"{source}: pipeline names must be unique; repeated: {dupes}")
         return configs
+
+
+#: Fields holding seconds: each a finite number > 0 (or null where the field allows it).
+_SECONDS = (
+    "batch_interval_s", "stall_timeout_s", "batch_timeout_s", "replay_interval_s", "stale_after_s",
+    "kafka_timeout_s", "task_timeout_s", "lease_s",
+)
+#: Shortest schedule the DAG factory builds (batch and replay interval).
+MIN_INTERVAL_S = 1.0
+
+
+def _check_timing(p: PipelineConfig, bad: Any) -> None:
+    """The timing fields against each other: each rule keeps a wait that would never fire, or a
+    replay that would race a batch still inside its own time bound, out of the pipelines file."""
+    if p.batch_interval_s < MIN_INTERVAL_S:
+        raise bad("batch_interval_s", p.batch_interval_s, f"must be at least {MIN_INTERVAL_S:g} s")
+    if p.replay_interval_s is not None and p.replay_interval_s < MIN_INTERVAL_S:
+        raise bad(
+            "replay_interval_s", p.replay_interval_s,
+            f"must be at least {MIN_INTERVAL_S:g} s (or null: every 5 batch intervals)",
+        )
+    timeout = p.batch_timeout
+    if p.stall_timeout_s >= timeout:
+        raise bad(
+            "stall_timeout_s", p.stall_timeout_s,
+            f"must be shorter than the batch timeout ({timeout:g} s, batch_timeout_s or its default): a read "
+            "that stalls would be killed by the batch timeout before the stall is reported. Lower it, or raise "
+            "batch_timeout_s",
+        )
+    if p.stale_after_s is not None and p.stale_after_s <= timeout:
+        raise bad(
+            "stale_after_s", p.stale_after_s,
+            f"must be longer than the batch timeout ({timeout:g} s): a batch still running inside its time bound "
+            "would be taken as abandoned and replayed while it writes. Raise it above batch_timeout_s, or lower "
+            "batch_timeout_s",
+        )
 
 
 def _check_types(p: PipelineConfig, bad: Any) -> None:

@@ -7,7 +7,8 @@ The controller keeps a window of recent batches (records, processing time, execu
   the interval: read it all (the ratio stays at or below the target, the headroom);
 * **drain**: otherwise read more, up to the batch predicted to take ``max_ratio`` of the interval
   divided by ``1 + NOISE_SIGMAS × noise`` (noise: the spread of the one-batch-ahead prediction
-  errors — no margin when the times are exact). With ``drain_horizon_s`` = 0 the backlog is read
+  errors — no margin when the times are exact), but never below ``target_ratio``: the margin only
+  uses the room between the two (with ``target_ratio = max_ratio`` the batches aim at the target). With ``drain_horizon_s`` = 0 the backlog is read
   as fast as that allows; with a horizon, by the smallest batch (not below the target batch) that
   clears it within the horizon at the current arrival rate, never smaller than the previous batch
   while the drain lasts, so it is really gone within the horizon;
@@ -177,7 +178,9 @@ def plan_budget(fit: CostFit | None, params: CostParams, inputs: PlanInputs) -> 
     arrivals_per_s, previous_budget, draining = inputs.arrivals_per_s, inputs.previous_budget, inputs.draining
     margin = 1 + NOISE_SIGMAS * fit.noise
     n_target = fit.records_within(params.target_ratio * interval, e)
-    cap_s = params.max_ratio * interval / margin  # the longest batch planned
+    # the longest batch planned: max_ratio less the noise margin, but never below the target — the
+    # margin only uses the room between target_ratio and max_ratio (target = max: batches aim at it)
+    cap_s = max(params.max_ratio / margin, params.target_ratio) * interval
     n_max = fit.records_within(cap_s, e)
     arrivals = (arrivals_per_s or 0.0) * interval  # records arriving per interval
     work_s = arrivals * fit.per_record_s / e  # the per-record work they need per interval
@@ -200,7 +203,10 @@ def plan_budget(fit: CostFit | None, params: CostParams, inputs: PlanInputs) -> 
 
     if lag <= n_target:
         return done(n_target, "keep-up", f"all {lag} records fit in {params.target_ratio:g} of the interval")
-    noise_note = f" less a noise margin of {margin - 1:.0%}" if margin > 1 else ""
+    if cap_s > params.max_ratio * interval / margin:  # the margin would go below the target
+        noise_note = f" (held at target_ratio {params.target_ratio:g}: a noise margin of {margin - 1:.0%} would go below it)"
+    else:
+        noise_note = f" less a noise margin of {margin - 1:.0%}" if margin > 1 else ""
     if params.drain_horizon_s <= 0:
         want = math.inf
     else:

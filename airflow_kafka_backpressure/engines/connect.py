@@ -9,6 +9,15 @@ artifacts. The client itself never touches the sink's filesystem.
 Every operation of the batch carries a tag unique to the attempt; stopping the batch (timeout,
 ``on_kill``, the task's supervisor gone) interrupts the operations with that tag on the server.
 
+Sessions are reused: every batch of a pipeline with the same code (this package's and the
+transform's artifacts, by content) opens its client session under one server-side session id,
+kept in ``<work_root>/connect-sessions.json``, and closes only its connection at the end. The
+server then keeps the session's artifacts and — what matters — the Python worker processes of the
+session's environment (the Data Source planner, readers, writer, committer), which a new session
+would start again for every batch. A session the server has closed (idle timeout,
+``spark.connect.session.manager.defaultSessionTimeout``, 60 min by default; a restart) is replaced
+by a new one. A ``session_id`` given in the connection's URL is used as it is.
+
 Executors: a Connect server's executors belong to the server (its master and dynamic allocation
 decide them). The executor target sets the batch's read parallelism instead —
 ``executors × executor_cores`` input partitions at least (large ranges are split) — so that with
@@ -21,9 +30,14 @@ settings); static ones must be set on the server, and a warning names them.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib.util
+import json
 import logging
-from collections.abc import Mapping
+import os
+import uuid
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +46,26 @@ from . import BatchJobError, Engine
 from .submit import package_zip, zip_tree
 
 log = logging.getLogger(__name__)
+
+#: Environment variables pyspark sets in the client process when a Connect session is created and
+#: never removes. Left behind they put the whole process in Connect mode: a later ``spark-submit``
+#: from it (the submit engine, the Spark provider's operators) inherits them and its driver then
+#: fails with ``CONNECT_URL_NOT_SET``. The engine restores them when the batch ends.
+CONNECT_ENV_VARS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
+@contextlib.contextmanager
+def restored_environment(names: tuple[str, ...] = CONNECT_ENV_VARS) -> Iterator[None]:
+    """Put the variables ``names`` back as they were before the block (set, changed or removed)."""
+    saved = {n: os.environ.get(n) for n in names}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def transform_package(transform: str | None, dest: Path) -> str | None:
@@ -53,45 +87,97 @@ def transform_package(transform: str | None, dest: Path) -> str | None:
     return str(Path(spec.origin))
 
 
+def content_key(*parts: str, files: tuple[str, ...] = ()) -> str:
+    """A short digest of ``parts`` and the contents of ``files``."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() + b"\0")
+    for f in files:
+        h.update(Path(f).read_bytes())
+    return h.hexdigest()[:32]
+
+
+class SessionIds:
+    """Server-side Spark Connect session ids by key, in a small JSON file (one per worker host)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def _load(self) -> dict[str, str]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def get(self, key: str) -> str:
+        """The session id kept for ``key``; a new one (kept) when there is none."""
+        sid = self._load().get(key)
+        return sid if isinstance(sid, str) and sid else self.renew(key)
+
+    def renew(self, key: str) -> str:
+        """A new session id for ``key`` (the old one's session is gone)."""
+        sid = str(uuid.uuid4())
+        data = self._load()
+        data[key] = sid
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}")
+        tmp.write_text(json.dumps(data, sort_keys=True))
+        os.replace(tmp, self.path)  # concurrent writers: the last one wins, each file is whole
+        return sid
+
+
+def with_session_id(url: str, session_id: str) -> str:
+    """``url`` (``sc://host:port[/][;params]``) with the parameter ``session_id``."""
+    head, sep, params = url.partition(";")
+    head = head if head.endswith("/") else head + "/"
+    return f"{head};{params};session_id={session_id}" if sep and params else f"{head};session_id={session_id}"
+
+
+def session_closed(e: BaseException) -> bool:
+    """True for the server's answer to a session id whose session it closed."""
+    text = str(e)
+    return "SESSION_CLOSED" in text or "SESSION_NOT_FOUND" in text
+
+
 class ConnectEngine(Engine):
     """One batch through a Spark Connect session to ``url`` (``sc://host:port/;params``)."""
 
     name = "connect"
 
-    def __init__(self, url: str, *, work_root: Path, spark_conf: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        work_root: Path,
+        spark_conf: Mapping[str, str] | None = None,
+        conn_id: str = "spark_connect_default",
+    ) -> None:
         super().__init__()
         self.url = url
+        self.conn_id = conn_id
         self.work_root = Path(work_root)
         self.spark_conf = dict(spark_conf or {})
         self._session: Any = None
         self._tag: str | None = None
 
     def run(self, spec: JobSpec) -> BatchMetrics:
-        from pyspark.sql import SparkSession
+        with restored_environment():
+            return self._run(spec)
 
+    def _run(self, spec: JobSpec) -> BatchMetrics:
         from ..spark.job import JobError, run_batch
 
         plan = spec.plan
         tag = f"kbp-{plan.pipeline}-batch-{plan.batch_id}-{spec.token}"
+        artifacts = [package_zip(self.work_root / "dist")]
+        extra = transform_package(spec.transform, self.work_root / "dist")
+        if extra:
+            artifacts.append(extra)
+        spark = self._open_session(spec, tag, artifacts)
         try:
-            spark = SparkSession.builder.remote(self.url).create()
-        except Exception as e:  # noqa: BLE001 - any client failure means "cannot reach the server"
-            raise BatchJobError(
-                plan.batch_id,
-                f"cannot open a Spark Connect session at {_redacted(self.url)}: {type(e).__name__}: {_first_line(e)}. "
-                "Is the Connect server running and reachable? (python -m airflow_kafka_backpressure.local "
-                "spark-connect starts one on this machine)",
-            ) from e
-        self._session, self._tag = spark, tag
-        try:
-            spark.addTag(tag)  # tags are per thread: this one runs every operation of the batch
             if self.stop_reason is not None:
                 raise self.stopped_error(spec)  # type: ignore[misc]
-            artifacts = [package_zip(self.work_root / "dist")]
-            extra = transform_package(spec.transform, self.work_root / "dist")
-            if extra:
-                artifacts.append(extra)
-            spark.addArtifacts(*artifacts, pyfile=True)
             self._apply_conf(spark)
             log.info("Running batch %s on the Spark Connect server %s", plan.batch_id, _redacted(self.url))
             try:
@@ -105,10 +191,51 @@ class ConnectEngine(Engine):
                 raise BatchJobError(plan.batch_id, f"{type(e).__name__}: {_first_line(e)}") from e
         finally:
             self._session = None
+            _close(spark)
+
+    def _open_session(self, spec: JobSpec, tag: str, artifacts: list[str]) -> Any:
+        """A client session with the batch's tag and artifacts: the pipeline's kept server-side
+        session, or a new one when the server closed it."""
+        from pyspark.sql import SparkSession
+
+        plan = spec.plan
+        ids = SessionIds(self.work_root / "connect-sessions.json")
+        fixed = "session_id=" in self.url
+        key = content_key(_redacted(self.url), plan.pipeline, files=tuple(artifacts))
+        unreachable = (
+            f"cannot open a Spark Connect session at {_redacted(self.url)}: {{}}. Is the Connect server running "
+            f"and reachable (the connection {{!r}})? python -m airflow_kafka_backpressure.local spark-connect "
+            "starts one on this machine"
+        )
+        for attempt in (1, 2):
+            url = self.url if fixed else with_session_id(self.url, ids.get(key) if attempt == 1 else ids.renew(key))
             try:
-                spark.stop()  # releases the session (and its artifacts) on the server
-            except Exception as e:  # noqa: BLE001
-                log.warning("could not release the Spark Connect session: %s", _first_line(e))
+                spark = SparkSession.builder.remote(url).create()
+            except Exception as e:  # noqa: BLE001 - any client failure means "cannot reach the server"
+                raise BatchJobError(
+                    plan.batch_id, unreachable.format(f"{type(e).__name__}: {_first_line(e)}", self.conn_id)
+                ) from e
+            self._session, self._tag = spark, tag
+            try:
+                spark.addTag(tag)  # tags are per thread: this one runs every operation of the batch
+                spark.addArtifacts(*artifacts, pyfile=True)  # the first call to the server
+                return spark
+            except Exception as e:
+                self._session = None
+                _close(spark)
+                if attempt == 1 and not fixed and session_closed(e):
+                    log.info("The kept Spark Connect session is closed on the server; opening a new one")
+                    continue
+                if "UNAVAILABLE" in str(e) or "Connection refused" in str(e):  # gRPC: nobody answers
+                    raise BatchJobError(
+                        plan.batch_id, unreachable.format(f"{type(e).__name__}: {_first_line(e)}", self.conn_id)
+                    ) from e
+                raise BatchJobError(
+                    plan.batch_id,
+                    f"the Spark Connect server at {_redacted(self.url)} refused the batch's session or its "
+                    f"code (artifacts): {type(e).__name__}: {_first_line(e)}",
+                ) from e
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _apply_conf(self, spark: Any) -> None:
         for key, value in self.spark_conf.items():
@@ -124,6 +251,16 @@ class ConnectEngine(Engine):
                 session.interruptTag(tag)
             except Exception as e:  # noqa: BLE001
                 log.warning("could not interrupt the batch's operations (tag %s): %s", tag, _first_line(e))
+
+
+def _close(spark: Any) -> None:
+    """Close the client's connection, keeping the server-side session (and its Python workers)
+    for the pipeline's next batch."""
+    try:
+        spark.release_session_on_close = False  # pyspark's switch: stop() then only disconnects
+        spark.stop()
+    except Exception as e:  # noqa: BLE001
+        log.warning("could not close the Spark Connect client: %s", _first_line(e))
 
 
 def _first_line(e: BaseException) -> str:

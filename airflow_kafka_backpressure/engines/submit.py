@@ -75,10 +75,14 @@ def is_loopback_master(master: str) -> bool:
 
 
 def job_script_path() -> str:
-    """The application to pass to ``spark-submit``: the batch job's module file."""
-    from ..spark import job
+    """The application to pass to ``spark-submit``: the batch job's module file (located, not
+    imported: the driver program runs in Spark, not in the Airflow worker)."""
+    import importlib.util
 
-    return str(Path(job.__file__).resolve())
+    spec = importlib.util.find_spec("airflow_kafka_backpressure.spark.job")
+    if spec is None or not spec.origin:  # pragma: no cover - the package is always installed with it
+        raise RuntimeError("airflow_kafka_backpressure.spark.job is missing from the installed package")
+    return str(Path(spec.origin).resolve())
 
 
 def package_zip(dest_dir: str | os.PathLike[str]) -> str:

@@ -54,7 +54,7 @@ class KafkaOffsetsHook(BaseHook):
         """List the cluster's topics (bounded by ``timeout_s``); the message names the connection."""
         try:
             with self.get_conn() as client:
-                topics = client.consumer.topics()
+                topics = client.topics()
                 bootstrap = client.bootstrap
             return True, (
                 f"Kafka connection {self.kafka_config_id!r}: connected to {bootstrap}, {len(topics)} topic(s) visible"

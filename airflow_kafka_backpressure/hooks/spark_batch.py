@@ -119,7 +119,9 @@ class SparkBatchHook(BaseHook):
         if self.engine == "connect":
             from ..engines.connect import ConnectEngine
 
-            return ConnectEngine(self.connect_url(), work_root=work_root(), spark_conf=self.spark_conf)
+            return ConnectEngine(
+                self.connect_url(), work_root=work_root(), spark_conf=self.spark_conf, conn_id=self.spark_connect_conn_id
+            )
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
         from ..engines.submit import SubmitEngine

@@ -51,7 +51,7 @@ class PipelineOperator(BaseOperator):
     def kafka_hook(self) -> Any:
         from ..hooks.kafka_offsets import KafkaOffsetsHook
 
-        return KafkaOffsetsHook(self.kafka_conn_id)
+        return KafkaOffsetsHook(self.kafka_conn_id, timeout_s=self._pipeline.kafka_timeout_s)
 
     @cached_property
     def ledger_hook(self) -> Any:

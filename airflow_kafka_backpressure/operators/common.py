@@ -16,6 +16,7 @@ from ..config import ControllerSettings, parse_settings, settings_help
 from ..control.controller import ControllerStateError, PipelineController
 from ..kafka_offsets import KafkaOffsets
 from ..ledger import Ledger
+from ..ledger.locks import ledger_lock
 from ..pipeline import PipelineConfig
 
 log = logging.getLogger(__name__)
@@ -117,16 +118,57 @@ def ledger_for(pipeline: PipelineConfig) -> Ledger:
 def kafka_for(pipeline: PipelineConfig) -> KafkaOffsets:
     from ..hooks.kafka_offsets import KafkaOffsetsHook
 
-    return KafkaOffsetsHook(pipeline.kafka_conn_id).get_conn()
+    return KafkaOffsetsHook(pipeline.kafka_conn_id, timeout_s=pipeline.kafka_timeout_s).get_conn()
 
 
 def commit_progress(pipeline: PipelineConfig, ledger: Ledger, kafka: KafkaOffsets) -> dict[str, int]:
     """Commit the consumer group up to the contiguous done offsets of the pipeline's topics.
 
     Only forward: while a finished batch is being rewritten (a cleared run) its ranges are not done,
-    but what the group already committed was durably written, so the commit never moves back."""
-    done = {tp: o for tp, o in ledger.committable_offsets(pipeline.name).items() if tp.topic in pipeline.topics}
-    current = kafka.committed_offsets(pipeline.group, list(done)) if done else {}
-    forward = {tp: o for tp, o in done.items() if o > current.get(tp, -1)}
-    kafka.commit_offsets(pipeline.group, forward)
+    but what the group already committed was durably written, so the commit never moves back.
+
+    Record and replay may commit at once: each reads the group's position, then commits past it.
+    The whole read-compare-commit runs under the pipeline's ledger lock (:func:`commit_lock`), so a
+    slower caller holding an older view can never commit after, and under, a newer one."""
+    with commit_lock(pipeline, ledger):
+        done = {tp: o for tp, o in ledger.committable_offsets(pipeline.name).items() if tp.topic in pipeline.topics}
+        current = kafka.committed_offsets(pipeline.group, list(done)) if done else {}
+        forward = {tp: o for tp, o in done.items() if o > current.get(tp, -1)}
+        kafka.commit_offsets(pipeline.group, forward)
     return {str(tp): o for tp, o in forward.items()}
+
+
+def commit_lock(pipeline: PipelineConfig, ledger: Ledger) -> Any:
+    """The ledger lock around a consumer-group commit of ``pipeline``. Its holder makes at most two
+    bounded broker calls, so waiting for it is bounded by a few broker timeouts."""
+    return ledger_lock(ledger, f"{pipeline.name}:group-commit", timeout_s=4 * pipeline.kafka_timeout_s + ledger.timeout_s)
+
+
+def state_lock(pipeline: PipelineConfig, ledger: Ledger, variable: str) -> Any:
+    """The ledger lock around a read-modify-write of one of the pipeline's state Variables (the
+    controller state, the executor target): concurrent record or scale tasks (a backfill, a cleared
+    run beside the scheduled one) then apply their updates one after the other and none is lost."""
+    return ledger_lock(ledger, f"{pipeline.name}:variable:{variable}")
+
+
+def refuse_backfill(pipeline: PipelineConfig, dag_run: Any) -> None:
+    """Fail (without retries) when the ingest DAG runs as part of a backfill.
+
+    A backfill creates runs that Airflow runs concurrently with the scheduled ones (``max_active_runs``
+    does not bound them). Each ingest run plans the *next* offsets from the ledger's heads, not
+    offsets belonging to its logical date, so backfill runs would only race the scheduled runs for
+    the same new data and never re-process the past. Past batches are re-processed by the replay DAG."""
+    run_type = str(getattr(dag_run, "run_type", "") or "").lower()
+    if "backfill" not in run_type:
+        return
+    from airflow.sdk.exceptions import AirflowFailException
+
+    raise AirflowFailException(
+        f"Pipeline {pipeline.name!r}: the ingest DAG {pipeline.ingest_dag_id!r} does not take backfills (run "
+        f"{getattr(dag_run, 'run_id', '?')!r}). Its runs read the topics forward from where the ledger's last "
+        "batch ended, not by date, so backfill runs would race the scheduled runs and re-process nothing. "
+        f"Failed or abandoned batches are re-processed, with their original ranges, by the replay DAG "
+        f"{pipeline.replay_dag_id!r}; to rewrite one past batch, clear its original ingest run (it reuses its "
+        "stored plan). Cancel this backfill."
+    )
+

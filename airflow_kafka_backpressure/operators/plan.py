@@ -18,6 +18,7 @@ from .common import (
     load_controller,
     load_executor_target,
     load_settings,
+    refuse_backfill,
 )
 
 
@@ -61,6 +62,7 @@ class PlanOffsetRangesOperator(PipelineOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         p = self.pipeline
+        refuse_backfill(p, context["dag_run"])  # before anything is written
         run_id = context["run_id"]
         ledger = self.ledger
 

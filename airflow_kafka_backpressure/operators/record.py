@@ -14,6 +14,7 @@ from .common import (
     load_controller,
     load_settings,
     save_controller,
+    state_lock,
 )
 
 
@@ -24,13 +25,28 @@ def scheduling_delay_ms(dag_run: Any, plan: BatchPlan | None) -> int:
     0 for manual and backfill runs, whose scheduled time says nothing about the pipeline keeping
     up. The plan is stored once per run and reused by retries, cleared tasks and re-runs, so a run
     cleared a day later feeds the delay its first start had, not its age (the run's own
-    ``start_date`` moves to the re-run). Without a plan: 0.
+    ``start_date`` moves to the re-run). A cleared run (``clear_number`` > 0) whose plan was made
+    only after it was cleared (its first attempt failed before planning) feeds 0: its plan's time is
+    when someone cleared it, not how far the scheduler was behind — the rule of Airflow's own
+    ``dagrun.first_task_scheduling_delay`` metric, which skips cleared runs. Without a plan: 0.
     """
     run_type = str(getattr(dag_run, "run_type", "") or "").lower()
     due = getattr(dag_run, "run_after", None)
     if "scheduled" not in run_type or due is None or plan is None:
         return 0
+    if (getattr(dag_run, "clear_number", 0) or 0) > 0 and _planned_after_clear(dag_run, plan):
+        return 0
     return max(plan.planned_at_ms - int(due.timestamp() * 1000), 0)
+
+
+def _planned_after_clear(dag_run: Any, plan: BatchPlan) -> bool:
+    """Whether the plan was made in the current (cleared) attempt of the run: at or after the run's
+    current ``start_date`` (Airflow resets it when a finished run is cleared) — or, not knowing it,
+    assume so."""
+    started = getattr(dag_run, "start_date", None)
+    if started is None:
+        return True
+    return plan.planned_at_ms >= int(started.timestamp() * 1000)
 
 
 class RecordBatchMetricsOperator(PipelineOperator):
@@ -75,24 +91,25 @@ class RecordBatchMetricsOperator(PipelineOperator):
         p = self.pipeline
         metrics = self._metrics()
         settings = load_settings(p)
-        controller = load_controller(p, settings)
         ledger = self.ledger
         plan = ledger.get_plan(p.name, context["run_id"])
         if plan is None:
             self.log.warning("No stored plan for run %s: scheduling delay taken as 0", context["run_id"])
         delay = scheduling_delay_ms(context["dag_run"], plan)
 
-        rate_before = controller.rate.latest_rate
-        feedback = controller.on_batch_completed(
-            batch_id=metrics.batch_id,
-            time_ms=metrics.committed_at_ms,
-            records=metrics.records,
-            processing_ms=metrics.processing_ms,
-            scheduling_delay_ms=delay,
-            executors=metrics.executors,
-            window_batches=settings.cost_window_batches,
-        )
-        save_controller(p, controller, settings)
+        with state_lock(p, ledger, p.controller_variable):  # read-modify-write of the state Variable
+            controller = load_controller(p, settings)
+            rate_before = controller.rate.latest_rate
+            feedback = controller.on_batch_completed(
+                batch_id=metrics.batch_id,
+                time_ms=metrics.committed_at_ms,
+                records=metrics.records,
+                processing_ms=metrics.processing_ms,
+                scheduling_delay_ms=delay,
+                executors=metrics.executors,
+                window_batches=settings.cost_window_batches,
+            )
+            save_controller(p, controller, settings)
 
         ledger.record_metrics(metrics.batch_id, scheduling_delay_ms=delay)
         with self.kafka_hook.get_conn() as kafka:

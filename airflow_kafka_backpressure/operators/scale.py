@@ -16,6 +16,7 @@ from .common import (
     load_executor_target,
     load_settings,
     save_executor_target,
+    state_lock,
 )
 
 
@@ -35,6 +36,11 @@ class ExecutorScalingOperator(PipelineOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         p = self.pipeline
+        # read-modify-write of the executor-target Variable: concurrent runs apply theirs in turn
+        with state_lock(p, self.ledger, p.executors_variable):
+            return self._scale(p)
+
+    def _scale(self, p: Any) -> dict[str, Any]:
         settings = load_settings(p)
         state = load_executor_target(p, settings)
         current = state["executors"]

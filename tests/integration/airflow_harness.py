@@ -103,6 +103,11 @@ def set_variable(key: str, value: str) -> None:
     Variable.set(key, value)
 
 
+def _pipeline_name(topic: str) -> str:
+    t = topic.replace("-", "_")
+    return t if len(t) <= 60 else f"{t[:53]}_{t[-6:]}"
+
+
 def pipeline_maker(
     monkeypatch,
     bootstrap: str,
@@ -124,9 +129,9 @@ def pipeline_maker(
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the Spark driver imports the test transforms
     ensure_topic(bootstrap, topic, 4)
     base = {
-        # unique per test (the topic's random suffix kept): DAG ids and sink Asset names must not
-        # repeat across tests, or Airflow deactivates the later test's Asset (same name, new URI)
-        "name": f"{topic[:-7][:52]}_{topic[-6:]}".replace("-", "_"),
+        # unique per test instance (the topic's random suffix kept): two pipelines of one name with
+        # different sinks would make Airflow see two URIs for one sink Asset and refuse the second
+        "name": _pipeline_name(topic),
         "topics": (topic,),
         "sink": str(tmp_path / "sink"),
         "batch_interval_s": 60,
@@ -142,3 +147,27 @@ def pipeline_maker(
         return p, Ledger(ledger_url)
 
     return make
+
+
+def spec_dag_source(dag_id: str, spec_env: str, imports: str, tasks: str) -> str:
+    """The text of a DAG file for ``dag_id`` whose tasks are built from the JSON in env ``spec_env``
+    (as ``spec``); the DAG exists only while that variable is set, so tests can vary it per run."""
+    body = "\n".join("        " + line for line in tasks.strip().splitlines())
+    return (
+        "import json, os\nfrom datetime import datetime\nfrom airflow.sdk import DAG\n"
+        f"{imports.strip()}\n\n"
+        f"spec = os.environ.get({spec_env!r})\n"
+        "if spec:\n"
+        "    spec = json.loads(spec)\n"
+        f"    with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:\n"
+        f"{body}\n"
+    )
+
+
+def install_dag_file(name: str, source: str) -> Path:
+    """Write a DAG file into the DAGs folder; returns its path (unlink it when done)."""
+    folder = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(source)
+    return path

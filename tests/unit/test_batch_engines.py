@@ -3,6 +3,7 @@ hand-off, exit descriptions, the read tally, the supervision of a run (timeouts,
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -188,3 +189,86 @@ def test_an_interrupted_wait_stops_the_run_and_reraises(tmp_path):
         supervise(engine, spec, timeout_s=20, poll_s=0.05, on_start=interrupt)
     assert engine.stop_reason and "interrupted" in engine.stop_reason
     assert time.monotonic() - started < 20
+
+
+def test_the_connect_engine_leaves_no_connect_mode_in_the_process_environment(monkeypatch):
+    """pyspark sets SPARK_CONNECT_MODE_ENABLED (and maybe SPARK_REMOTE) when a Connect session is
+    created; a later spark-submit from the same process would inherit them and fail."""
+    from airflow_kafka_backpressure.engines.connect import restored_environment
+
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)
+    monkeypatch.setenv("SPARK_REMOTE", "sc://user-set:1")
+    monkeypatch.delenv("SPARK_LOCAL_REMOTE", raising=False)
+    with restored_environment():
+        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+        os.environ["SPARK_REMOTE"] = "sc://engine:2"
+        os.environ["SPARK_LOCAL_REMOTE"] = "1"
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ and "SPARK_LOCAL_REMOTE" not in os.environ
+    assert os.environ["SPARK_REMOTE"] == "sc://user-set:1"  # what the user had is kept
+
+
+def test_operators_and_hooks_hold_no_spark_session_code():
+    """Spark sessions live in the engines (connect) and in spark/ (the driver program): the
+    operators and hooks only choose and supervise an engine."""
+    import ast
+    from pathlib import Path
+
+    import airflow_kafka_backpressure as pkg
+
+    root = Path(pkg.__file__).parent
+    offending = []
+    for folder in ("operators", "hooks"):
+        for path in sorted((root / folder).glob("*.py")):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""]
+                elif isinstance(node, ast.Name | ast.Attribute):
+                    names = [node.id if isinstance(node, ast.Name) else node.attr]
+                for name in names:
+                    if name.split(".")[0] == "pyspark" or name in ("SparkSession", "_jvm", "sparkContext"):
+                        offending.append(f"{path.relative_to(root)}:{node.lineno} {name}")
+    assert not offending
+
+
+def test_the_submit_engine_locates_the_driver_program_without_importing_it():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from airflow_kafka_backpressure.engines.submit import job_script_path\n"
+        "path = job_script_path()\n"
+        "assert path.endswith('spark/job.py'), path\n"
+        "assert 'airflow_kafka_backpressure.spark.job' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def test_connect_session_ids_are_kept_per_key_and_renewed(tmp_path):
+    from airflow_kafka_backpressure.engines.connect import SessionIds, content_key, session_closed, with_session_id
+
+    ids = SessionIds(tmp_path / "sessions.json")
+    a = ids.get("a")
+    assert ids.get("a") == a != ids.get("b")
+    assert SessionIds(tmp_path / "sessions.json").get("a") == a  # kept across processes
+    renewed = ids.renew("a")
+    assert renewed != a and ids.get("a") == renewed
+    (tmp_path / "sessions.json").write_text("{broken")
+    assert ids.get("a")  # a damaged file only costs a new session
+
+    f = tmp_path / "code.zip"
+    f.write_bytes(b"one")
+    k1 = content_key("sc://h:1/", "p", files=(str(f),))
+    f.write_bytes(b"two")
+    assert content_key("sc://h:1/", "p", files=(str(f),)) != k1  # new code, new session
+    assert content_key("sc://h:1/", "q", files=(str(f),)) != content_key("sc://h:1/", "p", files=(str(f),))
+
+    assert with_session_id("sc://h:1", "S") == "sc://h:1/;session_id=S"
+    assert with_session_id("sc://h:1/;token=t", "S") == "sc://h:1/;token=t;session_id=S"
+    assert session_closed(RuntimeError("[INVALID_HANDLE.SESSION_CLOSED] The handle x is invalid."))
+    assert not session_closed(RuntimeError("UNAVAILABLE: connection refused"))
+

@@ -60,6 +60,14 @@ def test_measured_noise_keeps_a_margin():
     assert b.predicted_s < 0.99 * B / 1.05
 
 
+def test_the_noise_margin_never_plans_a_drain_batch_below_the_target():
+    noisy = model(15.0, 0.0005, noise=0.3)  # 0.99 / (1 + 1.2 × 0.3) = 0.73 of the interval
+    assert budget(noisy, lag=2_000_000).predicted_s == pytest.approx(0.75 * B, rel=1e-4)  # the target
+    held = budget(noisy, CostParams(target_ratio=0.6, max_ratio=0.6), lag=2_000_000, arrivals_per_s=100.0)
+    assert held.regime == "drain" and held.predicted_s == pytest.approx(0.6 * B, rel=1e-4)
+    assert "held at target_ratio 0.6" in held.reason
+
+
 def test_a_drain_horizon_takes_the_smallest_batch_that_clears_the_backlog_and_never_shrinks():
     params = CostParams(drain_horizon_s=600)  # ten intervals
     b = budget(params=params, lag=240_000)

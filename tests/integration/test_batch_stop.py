@@ -1,0 +1,247 @@
+"""Stopping a running batch, with both engines, under real Airflow (dag.test), the real broker, real
+Spark (spark-submit local[2] / a local Spark Connect server) and a SQLite ledger.
+
+A batch is held running by a transform whose Python UDF waits (``e2e_transforms:hold_while_flagged``),
+then stopped in the two ways the product must handle:
+
+* the task is killed: the test sends SIGTERM to its own process while ``dag.test`` runs the ingest
+  task — the Airflow task runner's SIGTERM handler calls the operator's ``on_kill``, exactly as in a
+  task process that the supervisor terminates;
+* the batch runs past its ``batch_timeout_s``.
+
+Afterwards no process the batch started is left (the spark-submit JVM, its Python workers; for the
+connect engine the server's Python worker that ran the batch's task), the server stays up, the batch
+is ``failed`` in the ledger with a message saying what happened, the hand-off and scratch
+directories are gone, and the replay DAG completes the batch: the sink holds every record once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+
+from airflow_kafka_backpressure.hooks.spark_batch import work_root
+from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets
+from airflow_kafka_backpressure.local.producer import produce
+from airflow_kafka_backpressure.spark.sink import leftovers
+
+from . import airflow_harness as af
+from .test_pipeline_e2e import airflow_db, make_pipeline, sink_ids  # noqa: F401 - fixtures
+
+HOLD = "tests.integration.e2e_transforms:hold_while_flagged"
+#: Bounds on waiting for things that must happen; generous: the machine is shared and slow.
+UDF_START_WAIT_S = 300.0
+EXIT_WAIT_S = 30.0
+
+
+@pytest.fixture
+def engine_setup(request, make_pipeline, tmp_path, monkeypatch):
+    """``(engine, Connect server or None, make, hold flag)`` for each engine (``make_pipeline`` is
+    the end-to-end tests' fixture, parametrized over both engines)."""
+    engine = make_pipeline()[0].engine
+    server = request.getfixturevalue("spark_connect") if engine == "connect" else None
+    flag = tmp_path / "hold"
+    monkeypatch.setenv("KBP_TEST_HOLD_FLAG", str(flag))
+    return engine, server, make_pipeline, flag
+
+
+def descendants() -> dict[int, psutil.Process]:
+    out = {}
+    for p in psutil.Process().children(recursive=True):
+        out[p.pid] = p
+    return out
+
+
+class ProcessWatch:
+    """Samples this process's descendants while a batch runs: those that were not there before are
+    the batch's (spark-submit, its JVM, the Python workers it forks)."""
+
+    def __init__(self, exclude_under: int | None = None) -> None:
+        self.before = set(descendants())
+        self.exclude_under = exclude_under
+        self.seen: dict[int, psutil.Process] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _excluded(self, proc: psutil.Process) -> bool:
+        """Under the excluded process (the Connect server: its Python workers are the server's)."""
+        if self.exclude_under is None:
+            return False
+        try:
+            return any(a.pid == self.exclude_under for a in proc.parents())
+        except psutil.Error:
+            return True  # gone already: nothing to check
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            for pid, proc in descendants().items():
+                if pid not in self.before and pid not in self.seen and not self._excluded(proc):
+                    self.seen[pid] = proc
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> ProcessWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def held_pids(flag: Path) -> list[int]:
+    marker = Path(str(flag) + ".pids")
+    if not marker.exists():
+        return []
+    return [int(x) for x in marker.read_text().split()]
+
+
+def wait_for_held_udf(flag: Path, timeout_s: float = UDF_START_WAIT_S) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pids = held_pids(flag)
+        if pids:
+            return pids
+        time.sleep(0.2)
+    return []
+
+
+def kill_task_when_held(flag: Path, result: dict) -> threading.Thread:
+    """SIGTERM this process (the task process under dag.test) once the batch's UDF is running."""
+
+    def run() -> None:
+        pids = wait_for_held_udf(flag)
+        result["held"] = pids
+        if pids:
+            time.sleep(1.0)  # every task of the stage is in the UDF by now or soon: kill mid-batch
+            result["killed_at"] = time.monotonic()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def still_running(procs) -> list[str]:
+    _, alive = psutil.wait_procs(list(procs), timeout=EXIT_WAIT_S)
+    out = []
+    for p in alive:
+        try:
+            out.append(f"{p.pid} {' '.join(p.cmdline())[:200]}")
+        except psutil.Error:
+            continue
+    return out
+
+
+def check_stopped(engine, server, watch: ProcessWatch, held: list[int], *, require_held: bool = True) -> None:
+    """Nothing the batch started runs on. ``require_held``: the batch's UDF must have started (the
+    timeout test cannot insist: on a loaded machine the timeout may come first, which stops the
+    batch all the same)."""
+    assert held or not require_held, "the batch's UDF never started: the batch was not held running"
+    gone = [psutil.Process(pid) for pid in held if psutil.pid_exists(pid)]
+    assert not still_running(gone), "the Python worker(s) running the batch's task survived the stop"
+    if engine == "submit":
+        assert watch.seen, "no spark-submit process was seen while the batch ran"
+        left = still_running(watch.seen.values())
+        assert not left, f"processes the batch started are still running: {left}"
+    else:
+        # the batch started nothing on this side; its work ran on the server, which stays up
+        assert not still_running(watch.seen.values())
+        assert server.process.poll() is None, "the Spark Connect server died"
+        # and the client left the task process as it found it (a later spark-submit from it works)
+        assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+
+
+def check_failed_and_replay(make, p, ledger, flag, kafka_broker, produced: int, expect_in_error: str) -> None:
+    batch = ledger.batch(1)
+    assert batch.status == "failed", (batch.status, batch.error)
+    assert expect_in_error in batch.error, batch.error
+    assert "Cannot execute" not in batch.error  # what happened, not a command line
+    # nothing left of the attempt: hand-off directory under the sink, local scratch directory
+    jobs = Path(p.sink) / "_kbp" / "jobs"
+    assert not jobs.exists() or not any(jobs.iterdir()), list(jobs.iterdir())
+    work = work_root() / "work"
+    assert not (work.exists() and [d for d in work.iterdir() if f"{p.name}-batch-1-" in d.name])
+    assert not (Path(p.sink) / "batch_id=1").exists()
+
+    flag.unlink()
+    # the replay runs with the default timeout: the stop was the batch's, not the pipeline's
+    p2, ledger = make(name=p.name, transform=HOLD, replay_interval_s=20)
+    replay = af.run_dag(p2.replay_dag_id, 0)
+    assert replay.state == "success", replay.task_states
+    assert [x["batch_id"] for x in replay.xcoms["replay"]] == [1]
+    assert ledger.batch(1).status == "replayed"
+    assert sink_ids(p.sink) == Counter(range(produced))  # exactly once
+    assert leftovers(p.sink, 1) == []
+    with KafkaOffsets({"bootstrap.servers": kafka_broker.bootstrap}) as k:
+        committed = k.committed_offsets(p.group, k.partitions(p.topics))
+    assert sum(committed.values()) == produced
+
+
+def test_killing_the_ingest_task_stops_the_batch_and_it_replays_exactly_once(engine_setup, kafka_broker):
+    engine, server, make, flag = engine_setup
+    p, ledger = make(name=f"kill_{engine}", transform=HOLD, replay_interval_s=20)
+    produce(kafka_broker.bootstrap, p.topics[0], count=120, partitions=4)
+    flag.touch()
+
+    result: dict = {}
+    with ProcessWatch(exclude_under=server.pid if server else None) as watch:
+        killer = kill_task_when_held(flag, result)
+        run = af.run_dag(p.ingest_dag_id, 0)
+        killer.join(5)
+    assert result.get("killed_at"), "the batch's UDF never started: nothing was killed"
+    assert run.task_states["ingest"] == "failed", run.task_states
+    check_stopped(engine, server, watch, held_pids(flag))
+    check_failed_and_replay(make, p, ledger, flag, kafka_broker, 120, "killed")
+
+
+def test_a_batch_over_its_timeout_is_stopped_and_replays_exactly_once(engine_setup, kafka_broker):
+    engine, server, make, flag = engine_setup
+    # long enough for the job to reach the UDF on a loaded machine, short enough for a test
+    p, ledger = make(name=f"timeout_{engine}", transform=HOLD, replay_interval_s=20, batch_timeout_s=90)
+    produce(kafka_broker.bootstrap, p.topics[0], count=120, partitions=4)
+    flag.touch()
+
+    with ProcessWatch(exclude_under=server.pid if server else None) as watch:
+        run = af.run_dag(p.ingest_dag_id, 0)
+    assert run.task_states["ingest"] == "failed", run.task_states
+    check_stopped(engine, server, watch, held_pids(flag), require_held=False)
+    check_failed_and_replay(make, p, ledger, flag, kafka_broker, 120, "timed out after 90 s")
+
+
+@pytest.mark.parametrize("make_pipeline", ["connect"], indirect=True)
+def test_connect_batches_share_a_kept_session_and_a_closed_one_is_replaced(make_pipeline, kafka_broker, spark_connect):
+    """Batches of a pipeline reuse one server-side session (its artifacts and Python workers stay
+    warm); when the server has closed it, the next batch opens a new one and succeeds."""
+    import json
+
+    from pyspark.sql import SparkSession
+
+    from airflow_kafka_backpressure.engines.connect import restored_environment, with_session_id
+
+    p, ledger = make_pipeline(name="kept_session")
+    sessions = work_root() / "connect-sessions.json"
+    kept = lambda: set(json.loads(sessions.read_text()).values()) if sessions.exists() else set()  # noqa: E731
+    before = kept()
+    topic = p.topics[0]
+    produce(kafka_broker.bootstrap, topic, count=40, partitions=4)
+    assert af.run_dag(p.ingest_dag_id, 0).state == "success"
+    [first] = kept() - before
+    produce(kafka_broker.bootstrap, topic, count=40, partitions=4, start_id=40)
+    assert af.run_dag(p.ingest_dag_id, 1).state == "success"
+    assert kept() - before == {first}  # the second batch used the same session
+
+    with restored_environment():  # the server closes the session (as after its idle timeout)
+        SparkSession.builder.remote(with_session_id(spark_connect.url, first)).create().stop()
+    produce(kafka_broker.bootstrap, topic, count=40, partitions=4, start_id=80)
+    r = af.run_dag(p.ingest_dag_id, 2)
+    assert r.state == "success", r.task_states
+    assert first not in kept() and len(kept() - before) == 1  # replaced by a new session
+    assert sink_ids(p.sink) == Counter(range(120))
+    assert [b.status for b in sorted(ledger.recent_batches(p.name), key=lambda b: b.batch_id)] == ["succeeded"] * 3

@@ -1,0 +1,89 @@
+"""The pipelines file is validated before any DAG is built: every field's JSON type, every timing
+field's range and the timing fields against each other, the sink's form — each refusal names the
+file, the pipeline, the key, the value and the fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_kafka_backpressure.pipeline import PipelineConfig
+
+BASE = {"name": "orders", "topics": ["orders"], "sink": "/data/orders"}
+
+
+def load(**overrides):
+    return PipelineConfig.load_all(json.dumps({"pipelines": [{**BASE, **overrides}]}), source="pipelines.json")
+
+
+def test_a_valid_file_loads_with_the_defaults():
+    (p,) = load(batch_interval_s=30, stale_after_s=7200, replay_interval_s=60)
+    assert p.topics == ("orders",) and p.stale_after_s == 7200.0 and p.kafka_timeout_s == 30.0
+
+
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        # field types
+        ({"batch_interval_s": "60"}, ["batch_interval_s", "'60'", "a number"]),
+        ({"stale_after_s": "1d"}, ["stale_after_s", "'1d'", "a number or null"]),
+        ({"stall_timeout_s": True}, ["stall_timeout_s", "True", "a number"]),
+        ({"replay_interval_s": [60]}, ["replay_interval_s", "a number or null"]),
+        ({"executor_cores": 1.5}, ["executor_cores", "an integer"]),
+        ({"replay_deferrable": "yes"}, ["replay_deferrable", "true/false"]),
+        ({"topics": ["a", 3]}, ["topics", "a list of strings"]),
+        ({"spark_conf": {"spark.executor.cores": 2}}, ["spark_conf", "an object of strings"]),
+        ({"kafka_timeout_s": None}, ["kafka_timeout_s", "a number"]),
+        # ranges
+        ({"stall_timeout_s": 0}, ["stall_timeout_s", "> 0"]),
+        ({"stale_after_s": -5}, ["stale_after_s", "> 0"]),
+        ({"replay_interval_s": 0}, ["replay_interval_s", "> 0"]),
+        ({"replay_interval_s": 0.2}, ["replay_interval_s", "at least 1 s"]),
+        ({"batch_interval_s": 0.01}, ["batch_interval_s", "at least 1 s"]),
+        ({"task_timeout_s": 0}, ["task_timeout_s", "> 0"]),
+        # timing rules between fields
+        ({"stall_timeout_s": 900}, ["stall_timeout_s", "shorter than the batch timeout (600 s", "batch_timeout_s"]),
+        ({"stall_timeout_s": 60, "batch_timeout_s": 60}, ["stall_timeout_s", "(60 s"]),
+        ({"stale_after_s": 300}, ["stale_after_s", "longer than the batch timeout (600 s", "replayed while it writes"]),
+        ({"stale_after_s": 3600, "batch_interval_s": 1200}, ["stale_after_s", "(6000 s"]),
+        # sink
+        ({"sink": "data/orders"}, ["sink", "'data/orders'", "absolute path or a URI"]),
+        ({"sink": "./out"}, ["sink", "absolute path"]),
+        ({"sink": ""}, ["sink", "give a path"]),
+    ],
+)
+def test_invalid_fields_are_refused_with_file_pipeline_key_and_value(overrides, fragments):
+    with pytest.raises(ValueError) as e:
+        load(**overrides)
+    message = str(e.value)
+    assert message.startswith("pipelines.json: pipeline #1: pipeline 'orders':"), message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_nan_from_the_json_file_is_refused():
+    text = '{"pipelines": [{"name": "orders", "topics": ["orders"], "sink": "/d", "stale_after_s": NaN}]}'
+    with pytest.raises(ValueError, match="stale_after_s = nan is invalid: must be a finite number"):
+        PipelineConfig.load_all(text, source="pipelines.json")
+
+
+def test_a_timing_that_fits_the_rules_is_accepted():
+    (p,) = load(batch_timeout_s=120, stall_timeout_s=119, stale_after_s=121)
+    assert p.batch_timeout == 120.0
+
+
+@pytest.mark.parametrize(
+    "item, fragments",
+    [
+        ("orders", ["pipeline #2", "JSON object", "str"]),
+        ({"name": "b", "sink": "/d"}, ["pipeline #2", "pipeline 'b'", "required key(s) ['topics']"]),
+        ({**BASE, "name": "b", "stale_after": 5}, ["pipeline #2", "unknown key(s) ['stale_after']", "stale_after_s"]),
+    ],
+)
+def test_malformed_entries_name_their_position(item, fragments):
+    text = json.dumps([{**BASE}, item])
+    with pytest.raises(ValueError) as e:
+        PipelineConfig.load_all(text, source="pipelines.json")
+    for fragment in fragments:
+        assert fragment in str(e.value), (fragment, str(e.value))
