@@ -16,7 +16,7 @@
 # Settings (environment):
 #   KBP_PG_DIR       base directory (data/, run/ for the socket, postgres.log)  [/var/lib/kbp-postgres]
 #   KBP_PG_PORT      TCP port on 127.0.0.1                                      [54329]
-#   KBP_PG_USER      login role for the tests (CREATEDB)                         [kbp]
+#   KBP_PG_USER      login role for the tests (CREATEDB CREATEROLE)              [kbp]
 #   KBP_PG_PASSWORD  its password                                                [kbp]
 #   KBP_PG_DB        database owned by that role                                 [kbp_test]
 #   KBP_PG_OS_USER   OS user the server runs as when this script runs as root    [postgres]
@@ -130,9 +130,9 @@ psql_su() {
 SQL_PASSWORD="${DB_PASSWORD//\'/\'\'}"
 if [[ "$(psql_su -tAc "SELECT 1 FROM pg_roles WHERE rolname = '$DB_USER'")" != "1" ]]; then
     log "creating role $DB_USER"
-    psql_su -c "CREATE ROLE $DB_USER LOGIN CREATEDB PASSWORD '$SQL_PASSWORD'" >&2
+    psql_su -c "CREATE ROLE $DB_USER LOGIN CREATEDB CREATEROLE PASSWORD '$SQL_PASSWORD'" >&2
 else
-    psql_su -c "ALTER ROLE $DB_USER LOGIN CREATEDB PASSWORD '$SQL_PASSWORD'" >&2
+    psql_su -c "ALTER ROLE $DB_USER LOGIN CREATEDB CREATEROLE PASSWORD '$SQL_PASSWORD'" >&2
 fi
 if [[ "$(psql_su -tAc "SELECT 1 FROM pg_database WHERE datname = '$DB_NAME'")" != "1" ]]; then
     log "creating database $DB_NAME"

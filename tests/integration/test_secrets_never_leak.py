@@ -54,6 +54,8 @@ def secret_ledger_url(postgres_url):
     admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD '{DB_SECRET}'"))
+        # a non-superuser with CREATEROLE (CI's role) must be a member to give it a schema and drop it
+        conn.execute(text(f"GRANT {role} TO CURRENT_USER"))
         conn.execute(text(f"CREATE SCHEMA {schema} AUTHORIZATION {role}"))
     url = make_url(postgres_url).set(username=role, password=DB_SECRET)
     try:
