@@ -17,44 +17,47 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 from .broker import TansuBroker
 from .producer import ensure_topic, produce
 from .spark_connect import SparkConnectServer
 
 
-def _broker(args: argparse.Namespace) -> int:
-    broker = TansuBroker(port=args.port, log_path=args.log)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    broker.start()
-    print(f"Kafka-protocol broker (Tansu) listening on {broker.bootstrap}, pid {broker.pid}", flush=True)
-    try:
-        while not stop.wait(1.0):
-            if broker.process is None or broker.process.poll() is not None:
-                print("broker process exited", file=sys.stderr)
-                return 1
-    finally:
-        broker.stop()
-    return 0
-
-
-def _spark_connect(args: argparse.Namespace) -> int:
-    server = SparkConnectServer(args.work_dir, port=args.port, master=args.master)
+def _serve(server: TansuBroker | SparkConnectServer, listening: Callable[[], str], exited: str) -> int:
+    """Start ``server``, print ``listening()`` once it answers, run until SIGTERM/SIGINT (exit 0)
+    or until its process exits (print ``exited``, exit 1); stop it either way."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     server.start()
-    print(f"Spark Connect server listening on {server.url} (master {server.master}), pid {server.pid}", flush=True)
+    print(listening(), flush=True)
     try:
         while not stop.wait(1.0):
             if server.process is None or server.process.poll() is not None:
-                print(f"Spark Connect server exited; see {server.log_path}", file=sys.stderr)
+                print(exited, file=sys.stderr)
                 return 1
     finally:
         server.stop()
     return 0
+
+
+def _broker(args: argparse.Namespace) -> int:
+    broker = TansuBroker(port=args.port, log_path=args.log)
+    return _serve(
+        broker,
+        lambda: f"Kafka-protocol broker (Tansu) listening on {broker.bootstrap}, pid {broker.pid}",
+        "broker process exited",
+    )
+
+
+def _spark_connect(args: argparse.Namespace) -> int:
+    server = SparkConnectServer(args.work_dir, port=args.port, master=args.master)
+    return _serve(
+        server,
+        lambda: f"Spark Connect server listening on {server.url} (master {server.master}), pid {server.pid}",
+        f"Spark Connect server exited; see {server.log_path}",
+    )
 
 
 def _produce(args: argparse.Namespace) -> int:
