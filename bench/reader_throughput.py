@@ -13,7 +13,8 @@ reads the same ranges several ways and prints records/s and the ratio to the fir
   to Spark's ``noop`` sink (read cost only), Python workers and data source planning started cold;
 * ``data source <client> (warm)`` — the same once the session's Python workers run;
 * ``job read + parquet`` — the whole batch: ``spark.job.run_batch(spark, spec)`` (bounds check,
-  read with ``client=auto``, counting, Parquet sink, commit).
+  read with ``client=auto``, counting, the sink's fence, Spark's Parquet writer, commit, manifest
+  read-back), a new fenced attempt at the same batch each time.
 
 The issue's goal: ``job read + parquet`` >= 0.8x ``confluent consumer``. ``--repeat N`` runs every
 line N times and keeps the best (other processes on a shared machine only ever slow a run down);
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import shutil
 import tempfile
@@ -224,6 +226,7 @@ def spark_reads(
     spark: Any, args: argparse.Namespace, work: Path, bootstrap: str, ranges: list[OffsetRange], total: int
 ) -> tuple[Line, list[Line]]:
     """The first Data Source query of the session, and the warm Spark lines."""
+    from airflow_kafka_backpressure.spark import registry
     from airflow_kafka_backpressure.spark.job import run_batch
     from airflow_kafka_backpressure.spark.kafka_range_source import (
         SOURCE_NAME,
@@ -231,7 +234,7 @@ def spark_reads(
         range_source_options,
     )
 
-    spark.dataSource.register(KafkaRangeDataSource)
+    registry.register(spark, KafkaRangeDataSource)
     tuning: dict[str, Any] = {}
     if args.max_records_per_batch:
         tuning["max_records_per_batch"] = args.max_records_per_batch
@@ -252,9 +255,12 @@ def spark_reads(
     if options.get("max_records_per_partition", 0) is None:
         options["max_records_per_partition"] = 0  # no limit
 
-    def job() -> int:  # a new attempt each time: it replaces the same batch
+    attempts = itertools.count(1)
+
+    def job() -> int:  # a new attempt each time (fenced, as in production): it replaces the same batch
         spec = JobSpec(
-            plan=plan, kafka=props, launched_at_ms=0, min_partitions=tuning.get("min_partitions"), options=options
+            plan=plan, kafka=props, launched_at_ms=0, min_partitions=tuning.get("min_partitions"), options=options,
+            attempt=next(attempts),
         )
         return run_batch(spark, spec).records
 

@@ -2,9 +2,10 @@
 
 The server pays JVM, session and Python-worker start-up once; a batch pays a client session
 (about a second), the upload of this package (and of the transform's package) as session artifacts,
-and its own work. The batch logic is the submit engine's (:func:`~..spark.job.run_batch`); the Data
-Source, the sink writer and the transform's UDFs run on the server's executors, imported from the
-artifacts. The client itself never touches the sink's filesystem.
+and its own work. The batch logic is the submit engine's (:func:`~..spark.job.run_batch`): the Data
+Source, the transform's UDFs and Spark's Parquet writer run on the server's executors and the sink's
+commit on its driver side, the Python code imported from the artifacts. The client itself never
+touches the sink's filesystem.
 
 Every operation of the batch carries a tag unique to the attempt; stopping the batch (timeout,
 ``on_kill``, the task's supervisor gone) interrupts the operations with that tag on the server.
@@ -36,6 +37,7 @@ import importlib.util
 import json
 import logging
 import os
+import socket
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -207,6 +209,9 @@ class ConnectEngine(Engine):
             f"and reachable (the connection {{!r}})? python -m airflow_kafka_backpressure.local spark-connect "
             "starts one on this machine"
         )
+        problem = server_unreachable(self.url)
+        if problem is not None:  # pyspark would retry for minutes before it says so
+            raise BatchJobError(plan.batch_id, unreachable.format(problem, self.conn_id))
         for attempt in (1, 2):
             url = self.url if fixed else with_session_id(self.url, ids.get(key) if attempt == 1 else ids.renew(key))
             try:
@@ -251,6 +256,25 @@ class ConnectEngine(Engine):
                 session.interruptTag(tag)
             except Exception as e:  # noqa: BLE001
                 log.warning("could not interrupt the batch's operations (tag %s): %s", tag, _first_line(e))
+
+
+CONNECT_PROBE_TIMEOUT_S = 10.0
+DEFAULT_CONNECT_PORT = 15002  # Spark Connect's own default (spark.connect.grpc.binding.port)
+
+
+def server_unreachable(url: str, timeout_s: float = CONNECT_PROBE_TIMEOUT_S) -> str | None:
+    """Why nothing accepts a TCP connection at ``url``'s host and port (``sc://host[:port]/...``),
+    within ``timeout_s``; None when something does. pyspark's client retries an unreachable server
+    with backoff for minutes before it fails; this answers in at most ``timeout_s``."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url.partition(";")[0].replace("sc://", "http://", 1))
+    host, port = parsed.hostname or "localhost", parsed.port or DEFAULT_CONNECT_PORT
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as e:
+        return f"no answer at {host}:{port} ({type(e).__name__}: {e})"
 
 
 def _close(spark: Any) -> None:

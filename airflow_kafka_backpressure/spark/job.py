@@ -12,15 +12,15 @@ engine calls it through a client session). Steps:
    ``format("kafka")`` with ``assign``/``startingOffsets``/``endingOffsets``; ``"auto"``: native when
    ``KafkaSourceProvider`` is on a classic session's classpath, else python;
 3. apply the optional user transform ``"package.module:function"`` (DataFrame -> DataFrame);
-4. write the idempotent sink (:mod:`.sink`): Parquet files from the executors, swapped in whole by the
-   writer's commit, with a manifest counting the records *read* (the reader leaves one completion
-   record per input partition read to its end);
+4. write the idempotent sink (:mod:`.sink`): Spark's Parquet writer into a staging directory, swapped
+   in whole by the sink's driver-side commit, with a manifest counting the records *read* (the reader
+   leaves one completion record per input partition read to its end);
 5. return :class:`~airflow_kafka_backpressure.models.BatchMetrics` built from the committed manifest.
 
 Metrics: ``records``/``bytes`` (key + value bytes) and per-partition counts are of the records read.
 Ranges the write did not read to their end (a transform that ignores its input; the native reader)
-are counted with a second read. ``executors`` is the number of distinct executors that ran the
-batch's write tasks (1 in local mode).
+are counted with a second read. ``executors`` is the number of distinct executors that read the
+batch's ranges (1 in local mode).
 
 As a program (``spark-submit job.py --spec <URI>``) it reads the spec from the submit engine's
 hand-off directory (:mod:`airflow_kafka_backpressure.handoff`), deletes it, runs the batch and leaves
@@ -219,6 +219,7 @@ def native_options(spec: JobSpec) -> dict[str, str]:
 def read_ranges(spark: Any, spec: JobSpec, reader: str, *, read_records_dir: str | None = None) -> Any:
     """The batch's records as a DataFrame with the Kafka source schema (lazy). With
     ``read_records_dir`` the Python reader leaves a completion record per input partition there."""
+    from airflow_kafka_backpressure.spark import registry
     from airflow_kafka_backpressure.spark.kafka_range_source import (
         DEFAULT_CLIENT,
         DEFAULT_MAX_RECORDS_PER_BATCH,
@@ -232,7 +233,7 @@ def read_ranges(spark: Any, spec: JobSpec, reader: str, *, read_records_dir: str
         return spark.createDataFrame([], KAFKA_SCHEMA)
     if reader == "native":
         return spark.read.format("kafka").options(**native_options(spec)).load()
-    spark.dataSource.register(KafkaRangeDataSource)
+    registry.register(spark, KafkaRangeDataSource)
     o = spec.options
     opts = range_source_options(
         spec.plan.ranges,

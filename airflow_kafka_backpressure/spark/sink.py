@@ -1,11 +1,26 @@
-"""The idempotent sink: one Parquet directory per batch, written by a Python Data Source writer and
-swapped in whole by its driver-side commit.
+"""The idempotent sink: one Parquet directory per batch, written by Spark's own Parquet writer into a
+staging directory and swapped in whole by a driver-side commit.
 
-``df.write.format("kbp_batch_sink").mode("append").options(**sink_options(...)).save()`` works the
-same in a classic session (spark-submit) and over Spark Connect: the executors' Python workers write
-Parquet files with pyarrow, and the writer's ``commit`` — which Spark runs on the driver side once
-every task succeeded — publishes the batch. Files go through :mod:`airflow_kafka_backpressure.storage`
-(pyarrow filesystems: local paths, ``s3://``/``s3a://``, ``gs://``, ``hdfs://`` …).
+:func:`write_batch` works the same in a classic session (spark-submit) and over Spark Connect, in
+three Spark jobs:
+
+1. *fence* — an empty write to the ``kbp_batch_sink`` Python Data Source, whose writer (created on
+   the driver side) raises the batch's fence to this attempt (:mod:`.fencing`); skipped for writes
+   without an attempt number;
+2. *data* — ``df.write.parquet(<staging>)``: Spark's native Parquet writer and its output committer
+   (only the files of successful task attempts reach the staging directory), with no Python on the
+   row path;
+3. *commit* — an empty write to ``kbp_batch_sink`` whose ``commit`` (which Spark runs on the driver
+   side) publishes the staging directory as the batch. If the data job fails, an *abort* write
+   removes the staging directory instead (a crash leaves it: a hidden leftover the next commit of the
+   batch removes).
+
+The Data Source carries no rows: the Python code that must run where the sink is visible (the
+driver side of the cluster, not a Connect client) runs in its writer's constructor and ``commit``.
+In a classic session (the submit engine) the calling process *is* the driver: steps 1 and 3 then
+run in it directly, without a Spark job, and the manifest is read back directly too.
+Files go through :mod:`airflow_kafka_backpressure.storage` (pyarrow filesystems: local paths,
+``s3://``/``s3a://``, ``gs://``, ``hdfs://`` …); Spark writes the same URI through Hadoop.
 
 Layout under the sink root::
 
@@ -18,12 +33,13 @@ Names starting with ``_`` are skipped by Spark's and pyarrow's dataset readers (
 contain no ``=``: Spark would take ``_x=y`` for a partition directory), so readers of the root see
 each batch once or not at all.
 
-What ``commit`` does, and what a crash after each step leaves:
+What the commit does, and what a crash after each step leaves:
 
-1. keep exactly the files the successful tasks reported (a failed or speculative task attempt may
-   have left others in the staging directory: they are deleted);
-2. collect the reader's completion records (``_read/``: one per input partition read to its end),
-   so the manifest counts the records *read* per topic-partition, whatever the transform did;
+1. keep exactly the Parquet files Spark's committer published in the staging directory (its
+   ``_SUCCESS`` marker, checksum files and anything else are deleted);
+2. collect the reader's completion records (``_read/``: one per input partition read to its end,
+   with the executor that read it), so the manifest counts the records *read* per topic-partition,
+   whatever the transform did;
 3. write ``_manifest.json`` into the staging directory — crash: a hidden leftover;
 4. refuse to replace a committed batch that belongs to another pipeline or other offset ranges (a
    reset ledger or two pipelines sharing a sink would otherwise overwrite older output), and refuse
@@ -47,12 +63,14 @@ Re-running a batch therefore always converges to exactly one copy of its records
 still committed: one schema-only Parquet file plus the manifest.
 
 Manifest fields: ``manifest_version``, ``batch_id``, ``token`` and ``attempt`` (the attempt that wrote
-it: its token and the ledger's attempt number, or null),
-``written_at_ms``, ``format``, ``files`` ([{name, bytes, rows}]), ``rows`` (written), ``executors``
-(distinct executors that ran the write tasks), ``ranges``, ``partitions`` ([{topic, partition,
-records}] read), ``records``, ``bytes`` (key + value bytes read), ``unread`` (ranges the job did not
-read to their end: the transform did not consume them; their counts come from a second read), and
-what the caller passes as ``describe`` (pipeline, run id, reader, transform).
+it: its token and the ledger's attempt number, or null), ``written_at_ms``, ``format``, ``files``
+([{name, bytes, rows}]), ``rows`` (written), ``executors`` (distinct executors that read the batch's
+ranges; when none was read by the Python reader — an empty batch, the native reader — at least one
+if Spark wrote a file), ``ranges``, ``partitions``
+([{topic, partition, records}] read), ``records``, ``bytes`` (key + value bytes read), ``unread``
+(ranges the job did not read to their end: the transform did not consume them; their counts come
+from a second read), and what the caller passes as ``describe`` (pipeline, run id, reader,
+transform).
 """
 
 from __future__ import annotations
@@ -64,17 +82,13 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from airflow_kafka_backpressure.models import OffsetRange, TopicPartition, batch_path
+from airflow_kafka_backpressure.spark import registry
 from airflow_kafka_backpressure.spark.fencing import fence_problem, raise_fence, read_fence
 from airflow_kafka_backpressure.spark.manifest_source import (
     MANIFEST_NAME,
@@ -105,9 +119,15 @@ def batch_dir_name(batch_id: int) -> str:
     return batch_path("", batch_id).lstrip("/")
 
 
+def staging_uri(sink: str, batch_id: int, token: str) -> str:
+    """The staging directory of attempt ``token`` (string only: a Connect client may not be able to
+    build the sink's filesystem, and needs none to name it)."""
+    return sink.rstrip("/") + "/" + staging_dir_name(batch_id, token)
+
+
 def read_records_dir(sink: str, batch_id: int, token: str) -> str:
     """Where the reader records the input partitions it read completely (inside the staging dir)."""
-    return location(sink).child(staging_dir_name(batch_id, token), READ_DIR).uri
+    return staging_uri(sink, batch_id, token) + "/" + READ_DIR
 
 
 # --------------------------------------------------------------------------- completion records
@@ -115,19 +135,31 @@ def read_records_dir(sink: str, batch_id: int, token: str) -> str:
 
 def record_read_completion(directory: str, offset_range: OffsetRange, records: int, key_value_bytes: int) -> None:
     """Called by the reader once ``offset_range`` was read to its end (on an executor)."""
-    body = json.dumps({"range": offset_range.to_dict(), "records": int(records), "bytes": int(key_value_bytes)})
+    body = json.dumps(
+        {
+            "range": offset_range.to_dict(),
+            "records": int(records),
+            "bytes": int(key_value_bytes),
+            "executor": executor_identity(),
+        }
+    )
     key = hashlib.sha1(json.dumps(offset_range.to_dict(), sort_keys=True).encode()).hexdigest()[:20]
     location(directory).child(f"{key}.json").write_bytes(body.encode())
 
 
-def _completed_reads(directory: Location) -> list[tuple[OffsetRange, int, int]]:
-    out = []
+def _completed_reads(directory: Location) -> tuple[list[tuple[OffsetRange, int, int]], set[str]]:
+    """The completion records under ``directory``, and the executors that wrote them."""
+    out, executors = [], set()
+    if not directory.exists():
+        return out, executors
     for name, is_dir, _ in directory.children():
         if is_dir or not name.endswith(".json"):
             continue
         d = json.loads(directory.child(name).read_bytes())
         out.append((OffsetRange.from_dict(d["range"]), int(d["records"]), int(d["bytes"])))
-    return out
+        if d.get("executor"):
+            executors.add(str(d["executor"]))
+    return out, executors
 
 
 def tally_reads(
@@ -169,10 +201,7 @@ def executor_identity() -> str:
     return f"{socket.gethostname()}|{os.getcwd()}|{os.getppid()}"
 
 
-@dataclass
-class SinkCommitMessage(WriterCommitMessage):
-    files: list[dict[str, Any]] = field(default_factory=list)
-    executor: str = ""
+STAGES = ("fence", "commit", "abort")
 
 
 def sink_options(
@@ -186,7 +215,7 @@ def sink_options(
     attempt: int | None = None,
 ) -> dict[str, str]:
     """The writer's options for one attempt (``token``; ``attempt``: the ledger's attempt number,
-    which fences the commit) at batch ``batch_id``."""
+    which fences the commit) at batch ``batch_id``; :func:`write_batch` adds the ``stage``."""
     opts = {
         "sink": sink,
         "batchId": str(int(batch_id)),
@@ -202,6 +231,10 @@ def sink_options(
 
 
 class BatchSinkWriter(DataSourceArrowWriter):
+    """The driver-side steps of a batch write (module doc): ``stage=fence`` raises the fence when the
+    writer is created, ``stage=commit`` publishes the staging directory in ``commit``,
+    ``stage=abort`` removes it. It takes no rows: Spark's Parquet writer writes the data."""
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         opts = {str(k).lower(): v for k, v in options.items()}
         try:
@@ -212,10 +245,16 @@ class BatchSinkWriter(DataSourceArrowWriter):
             self.describe = json.loads(opts.get("describe", "{}"))
         except (KeyError, ValueError, TypeError) as e:
             raise SinkError(f"{SINK_SOURCE_NAME}: options sink, batchId, token and ranges are required ({e})") from e
+        self.stage = opts.get("stage", "")
+        if self.stage not in STAGES:
+            raise SinkError(
+                f"{SINK_SOURCE_NAME}: option stage={self.stage!r} must be one of {', '.join(STAGES)}; write a "
+                "batch with airflow_kafka_backpressure.spark.sink.write_batch(spark, df, sink, batch_id, ...)"
+            )
         self.compression = opts.get("compression", "snappy")
         self.attempt = int(opts["attempt"]) if opts.get("attempt") else None
         self.schema = schema
-        if self.attempt is not None:  # the driver side, once per write: "attempt n is writing"
+        if self.stage == "fence" and self.attempt is not None:  # the driver side: "attempt n is writing"
             try:
                 problem = raise_fence(location(self.sink), self.batch_id, self.attempt, self.token)
             except StorageError as e:
@@ -226,53 +265,32 @@ class BatchSinkWriter(DataSourceArrowWriter):
     def _staging(self) -> Location:
         return location(self.sink).child(staging_dir_name(self.batch_id, self.token))
 
-    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
-        import pyarrow.parquet as pq
-        from pyspark import TaskContext
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        for batch in iterator:
+            if batch.num_rows:
+                raise SinkError(
+                    f"{SINK_SOURCE_NAME} takes no rows (stage {self.stage}): a batch's data is written by "
+                    "Spark's Parquet writer; use write_batch(spark, df, sink, batch_id, ...)"
+                )
+        return WriterCommitMessage()
 
-        ctx = TaskContext.get()
-        part = ctx.partitionId() if ctx is not None else 0
-        attempt = ctx.attemptNumber() if ctx is not None else 0
-        staging = self._staging()
-        name = f"part-{part:05d}-{attempt}-{uuid.uuid4().hex[:8]}.{self.compression}.parquet"
-        target = staging.child(name)
-        writer = None
-        rows = 0
-        try:
-            for batch in iterator:
-                if batch.num_rows == 0:
-                    continue
-                if writer is None:
-                    staging.mkdirs()
-                    writer = pq.ParquetWriter(target.path, batch.schema, filesystem=target.fs, compression=self.compression)
-                writer.write_batch(batch)
-                rows += batch.num_rows
-        finally:
-            if writer is not None:
-                writer.close()
-        files = []
-        if writer is not None:
-            files.append({"name": name, "bytes": int(target.fs.get_file_info(target.path).size), "rows": rows})
-        return SinkCommitMessage(files=files, executor=executor_identity())
-
-    def commit(self, messages: list[SinkCommitMessage | None]) -> None:
-        commit_batch(
-            self.sink,
-            self.batch_id,
-            self.token,
-            [m for m in messages if m is not None],
-            self.ranges,
-            self.describe,
-            self.schema,
-            self.compression,
-            attempt=self.attempt,
-        )
-
-    def abort(self, messages: list[SinkCommitMessage | None]) -> None:
-        try:
-            self._staging().delete()
-        except StorageError:
-            pass  # a leftover is hidden and removed by the next attempt's commit
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.stage == "commit":
+            commit_batch(
+                self.sink,
+                self.batch_id,
+                self.token,
+                self.ranges,
+                self.describe,
+                self.schema,
+                self.compression,
+                attempt=self.attempt,
+            )
+        elif self.stage == "abort":
+            try:
+                self._staging().delete()
+            except StorageError:
+                pass  # a leftover is hidden and removed by the next attempt's commit
 
 
 def _write_empty_file(staging: Location, schema: StructType, compression: str) -> dict[str, Any]:
@@ -283,6 +301,27 @@ def _write_empty_file(staging: Location, schema: StructType, compression: str) -
     target = staging.child(name)
     pq.write_table(to_arrow_schema(schema, timezone="UTC").empty_table(), target.path, filesystem=target.fs, compression=compression)
     return {"name": name, "bytes": int(target.fs.get_file_info(target.path).size), "rows": 0}
+
+
+def _published_files(staging: Location) -> list[dict[str, Any]]:
+    """The Parquet files Spark's committer published in ``staging`` ({name, bytes, rows}, rows from
+    each file's footer); every other entry but the reader's records is deleted."""
+    import pyarrow.parquet as pq
+
+    files = []
+    for name, is_dir, size in staging.children():
+        if name == READ_DIR and is_dir:
+            continue
+        if is_dir or name.startswith(("_", ".")) or not name.endswith(".parquet"):
+            staging.child(name).delete()  # _SUCCESS, checksum files, an aborted task's _temporary
+            continue
+        f = staging.child(name)
+        try:
+            rows = pq.read_metadata(f.path, filesystem=f.fs).num_rows
+        except (OSError, ValueError) as e:
+            raise StorageError(f"cannot read the Parquet footer of {f.uri}: {e}") from e
+        files.append({"name": name, "bytes": int(size), "rows": int(rows)})
+    return sorted(files, key=lambda f: f["name"])
 
 
 def check_replaceable(existing: dict[str, Any] | None, describe: dict[str, Any], ranges: Sequence[OffsetRange], where: str) -> None:
@@ -306,7 +345,6 @@ def commit_batch(
     sink: str,
     batch_id: int,
     token: str,
-    messages: Sequence[SinkCommitMessage],
     ranges: Sequence[OffsetRange],
     describe: dict[str, Any],
     schema: StructType,
@@ -320,14 +358,14 @@ def commit_batch(
     final = root.child(batch_dir_name(batch_id))
     try:
         staging.mkdirs()
-        files = sorted((f for m in messages for f in m.files), key=lambda f: f["name"])
-        keep = {f["name"] for f in files}
-        for name, is_dir, _ in staging.children():
-            if not is_dir and name not in keep:
-                staging.child(name).delete()  # a failed or duplicate task attempt's file
+        files = _published_files(staging)
         reads = staging.child(READ_DIR)
-        counts, nbytes, unread = tally_reads(ranges, _completed_reads(reads))
+        completed, executors = _completed_reads(reads)
+        counts, nbytes, unread = tally_reads(ranges, completed)
         reads.delete()
+        # executors: those that read the ranges; none read (an empty batch, the native reader): at
+        # least the one that wrote a file
+        n_executors = len(executors) or (1 if files else 0)
         if not files:
             files = [_write_empty_file(staging, schema, compression)]
         manifest: dict[str, Any] = {
@@ -344,7 +382,7 @@ def commit_batch(
             "bytes": nbytes,
             "unread": [r.to_dict() for r in unread],
             "rows": sum(int(f["rows"]) for f in files),
-            "executors": len({m.executor for m in messages if m.executor}),
+            "executors": n_executors,
             "format": "parquet",
             "files": files,
             "written_at_ms": int(time.time() * 1000),
@@ -414,8 +452,7 @@ class BatchSinkDataSource(DataSource):
 
 def register(spark: Any) -> None:
     """Register the sink's writer and manifest reader with ``spark`` (classic or Connect)."""
-    spark.dataSource.register(BatchSinkDataSource)
-    spark.dataSource.register(BatchManifestDataSource)
+    registry.register(spark, BatchSinkDataSource, BatchManifestDataSource)
 
 
 def write_batch(
@@ -433,13 +470,41 @@ def write_batch(
     """Write ``df`` as batch ``batch_id`` of ``sink`` (replacing any previous version whole) and
     return the committed manifest, read back where Spark runs. ``token`` names the attempt (its
     staging directory, where the reader leaves its completion records); default: a fresh one."""
-    register(spark)
     opts = sink_options(
         sink, batch_id, token or uuid.uuid4().hex, ranges, describe or {}, compression=compression, attempt=attempt
     )
-    df.write.format(SINK_SOURCE_NAME).mode("append").options(**opts).save()
-    manifest = committed_manifest(spark, sink, batch_id)
-    if manifest is None or manifest.get("token") != opts["token"]:
+    token = opts["token"]
+    # A classic session's driver is this process: the driver-side steps run here, directly. Over
+    # Spark Connect they run on the server's driver side, in the sink Data Source's writer.
+    in_driver = getattr(spark, "_jvm", None) is not None
+    register(spark)
+    no_rows = df.limit(0)  # planned as an empty relation with df's schema: the stages read nothing
+
+    def stage(name: str) -> None:
+        if not in_driver:
+            no_rows.write.format(SINK_SOURCE_NAME).mode("append").options(**opts, stage=name).save()
+        elif name == "fence":
+            BatchSinkWriter({**opts, "stage": "fence"}, df.schema)
+        elif name == "commit":
+            commit_batch(sink, batch_id, token, ranges, describe or {}, df.schema, compression or "snappy", attempt=attempt)
+        else:
+            BatchSinkWriter({**opts, "stage": "abort"}, df.schema).commit([])
+
+    if attempt is not None:
+        stage("fence")
+    # Timestamps as INT64 microseconds (Spark's default, INT96, is deprecated in Parquet).
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    try:
+        df.write.mode("append").option("compression", compression or "snappy").parquet(staging_uri(sink, batch_id, token))
+    except Exception:
+        try:
+            stage("abort")
+        except Exception:  # noqa: BLE001 - the write's own error is the one to report
+            pass
+        raise
+    stage("commit")
+    manifest = read_manifest(sink, batch_id) if in_driver else committed_manifest(spark, sink, batch_id)
+    if manifest is None or manifest.get("token") != token:
         raise SinkError(
             f"batch {batch_id}: the write finished but {batch_path(sink, batch_id)} does not hold it (another "
             "attempt at the same batch committed after it?); run the batch again"

@@ -272,3 +272,29 @@ def test_connect_session_ids_are_kept_per_key_and_renewed(tmp_path):
     assert session_closed(RuntimeError("[INVALID_HANDLE.SESSION_CLOSED] The handle x is invalid."))
     assert not session_closed(RuntimeError("UNAVAILABLE: connection refused"))
 
+
+
+def test_an_unreachable_connect_server_fails_the_batch_at_once_naming_the_connection(tmp_path):
+    """A real closed port on 127.0.0.1 (bound, then released): the engine answers before pyspark's
+    minutes of retries, with the URL, the connection id and how to start a server."""
+    import socket
+
+    from airflow_kafka_backpressure.engines.connect import ConnectEngine, server_unreachable
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"sc://127.0.0.1:{port}/;user_id=kbp;token=s3cret"
+    assert "no answer at 127.0.0.1:" in (server_unreachable(url) or "")
+    engine = ConnectEngine(url, work_root=tmp_path, conn_id="spark_connect_orders")
+    with pytest.raises(BatchJobError) as err:
+        engine.run(_spec(tmp_path))
+    message = str(err.value)
+    assert f"sc://127.0.0.1:{port}/" in message and "'spark_connect_orders'" in message
+    assert "airflow_kafka_backpressure.local spark-connect" in message
+    assert "s3cret" not in message
+
+    with socket.socket() as listening:  # something accepts: no problem reported
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(1)
+        assert server_unreachable(f"sc://127.0.0.1:{listening.getsockname()[1]}") is None
