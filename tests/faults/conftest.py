@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_backpressure._fault_points import PAUSE_AFTER_COMMIT_DIR_ENV
+from airflow_kafka_backpressure._fault_points import EARLIEST_OFFSETS_FILE_ENV, PAUSE_AFTER_COMMIT_DIR_ENV
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.local.broker import TansuBroker
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce
@@ -25,7 +25,11 @@ from ..fixtures_postgres import LocalPostgres, PostgresUnavailable
 from .harness import Outcome, Standalone, check_pipeline, wait_until_consistent
 
 TMP_ROOT = Path(__file__).resolve().parents[2] / ".tmp"
-SCENARIOS = ("driver_kill", "swap_kill", "broker_freeze", "pg_outage", "cleared_run", "backfill")
+SCENARIOS = ("driver_kill", "swap_kill", "broker_freeze", "pg_outage", "retention", "cleared_run", "backfill")
+#: The retention scenario's batch fails while its flag file exists; a lost offset is skipped, recorded.
+SCENARIO_OVERRIDES = {
+    "retention": dict(on_data_loss="skip", transform="tests.integration.e2e_transforms:fail_while_flagged"),
+}
 PARTITIONS = 2
 #: Short intervals: a batch every 15 s, a replay look every 20 s, leases of 20 s.
 PIPELINE_DEFAULTS = dict(
@@ -62,7 +66,18 @@ class FaultRig:
     pipelines: dict[str, PipelineConfig]
     ledger_urls: dict[str, str]
     pause_dir: Path
+    root: Path
     started: list[PipelineConfig] = field(default_factory=list)
+
+    @property
+    def fail_flag(self) -> Path:
+        """While this file exists, the retention scenario's batches fail (its transform raises)."""
+        return self.root / "fail.flag"
+
+    @property
+    def earliest_offsets_file(self) -> Path:
+        """The retention emulation's floors, ``{topic: {partition: offset}}`` (see ``_fault_points``)."""
+        return self.root / "earliest-offsets.json"
 
     def pipeline(self, scenario: str) -> PipelineConfig:
         return self.pipelines[scenario]
@@ -113,7 +128,7 @@ def make_pipelines(root: Path, names: tuple[str, ...], pg: bool) -> tuple[dict[s
         conn_id = "kbp_ledger_pg" if (pg and name == "pg_outage") else "kbp_ledger_faults"
         pipelines[name] = PipelineConfig(
             name=f"f_{name}", topics=(f"faults-{name}-{secrets.token_hex(2)}",), sink=str(root / "sinks" / name),
-            ledger_conn_id=conn_id, **PIPELINE_DEFAULTS,
+            ledger_conn_id=conn_id, **{**PIPELINE_DEFAULTS, **SCENARIO_OVERRIDES.get(name, {})},
         )
         urls[pipelines[name].name] = sqlite_url
     return pipelines, urls, {"kbp_ledger_faults": sqlite_url}
@@ -157,11 +172,16 @@ def fault_rig(request: pytest.FixtureRequest) -> Iterator[FaultRig]:
         pause_dir.mkdir()
         standalone = Standalone(
             root / "airflow", list(pipelines.values()), connections(broker.bootstrap, ledgers),
-            extra_env={PAUSE_AFTER_COMMIT_DIR_ENV: str(pause_dir), "SPARK_LOCAL_DIRS": str(root / "spark")},
+            extra_env={
+                PAUSE_AFTER_COMMIT_DIR_ENV: str(pause_dir),
+                EARLIEST_OFFSETS_FILE_ENV: str(root / "earliest-offsets.json"),
+                "KBP_TEST_FAIL_FLAG": str(root / "fail.flag"),
+                "SPARK_LOCAL_DIRS": str(root / "spark"),
+            },
         ).start()
         for p in pipelines.values():
             standalone.set_variable(p.settings_variable, SETTINGS)
-        yield FaultRig(standalone, broker, postgres, pipelines, urls, pause_dir)
+        yield FaultRig(standalone, broker, postgres, pipelines, urls, pause_dir, root)
     finally:
         if standalone is not None:
             standalone.stop()

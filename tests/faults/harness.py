@@ -233,8 +233,10 @@ class Standalone:
         return self._token
 
     def _request(self, method: str, path: str, **kw: Any) -> requests.Response:
+        extra_headers = kw.pop("headers", {})
         for attempt in range(10):
-            r = requests.request(method, f"{self.url}{path}", headers={"Authorization": f"Bearer {self.token()}"}, timeout=30, **kw)
+            headers = {**extra_headers, "Authorization": f"Bearer {self.token()}"}
+            r = requests.request(method, f"{self.url}{path}", headers=headers, timeout=30, **kw)
             if r.status_code == 401:  # expired token
                 self._token = None
             elif r.status_code < 500:  # 5xx: SQLite "database is locked" under load; try again
@@ -264,6 +266,16 @@ class Standalone:
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        """A task instance's log as the API returns it (JSON text: search it for strings)."""
+        r = self._request(
+            "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+            params={"full_content": "true"}, headers={"Accept": "application/json"},
+        )
+        if not r.ok:
+            raise HarnessError(f"log of {dag_id}/{run_id}/{task_id}: {r.status_code} {r.text[:500]}")
+        return r.text
 
     def clear_run(self, dag_id: str, run_id: str) -> None:
         self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/clear", {"dry_run": False})

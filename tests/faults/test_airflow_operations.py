@@ -34,6 +34,8 @@ def test_a_cleared_old_run_rewrites_its_batch_once(rig):
 
 
 def test_an_ingest_backfill_writes_nothing_twice(rig):
+    """The backfill is accepted by Airflow; each of its runs fails at ``plan`` (before any offset is
+    taken) with a message that points at the replay DAG, and the scheduled runs go on."""
     p = rig.pipeline("backfill")
     rig.produce(p, 300, 0)
     rig.start(p)
@@ -42,8 +44,22 @@ def test_an_ingest_backfill_writes_nothing_twice(rig):
         "backfill", "create", "--dag-id", p.ingest_dag_id,
         "--from-date", start.isoformat(), "--to-date", (start + timedelta(seconds=4 * p.batch_interval_s)).isoformat(),
     )
-    output = created.stdout + created.stderr
-    if created.returncode != 0:  # refused: it must say why and point at the replay DAG
-        assert p.replay_dag_id in output, output[-2000:]
+    assert created.returncode == 0, (created.stdout + created.stderr)[-2000:]
+
+    def backfill_runs() -> list[dict]:
+        return [r for r in rig.standalone.dag_runs(p.ingest_dag_id) if r.get("run_type") == "backfill"]
+
+    wait_for(
+        "the backfill's runs to end",
+        lambda: backfill_runs() and all(r["state"] in ("success", "failed") for r in backfill_runs()),
+        STEP_TIMEOUT_S, every_s=3,
+    )
+    for run in backfill_runs():
+        assert run["state"] == "failed", run
+        states = {ti["task_id"]: ti["state"] for ti in rig.standalone.task_instances(p.ingest_dag_id, run["dag_run_id"])}
+        assert states["plan"] == "failed" and states["ingest"] in ("upstream_failed", None), states
+        log = rig.standalone.task_log(p.ingest_dag_id, run["dag_run_id"], "plan")
+        assert "does not take backfills" in log and p.replay_dag_id in log, log[-2000:]
     rig.produce(p, 100, 300)
-    rig.assert_recovered(p, 400, f"backfill ({'refused' if created.returncode else 'ran'})")
+    outcome = rig.assert_recovered(p, 400, "backfill (refused at plan)")
+    assert all(b.run_id and "backfill" not in b.run_id for b in rig.ledger(p).recent_batches(p.name, 100)), outcome
