@@ -12,6 +12,8 @@ reads the same ranges several ways and prints records/s and the ratio to the fir
 * ``data source confluent (first query)`` — the Data Source in a fresh local[N] session, rows sent
   to Spark's ``noop`` sink (read cost only), Python workers and data source planning started cold;
 * ``data source <client> (warm)`` — the same once the session's Python workers run;
+* ``data source confluent -> parquet`` — the same read into Spark's Parquet writer (one directory,
+  overwritten): the read + write stage alone;
 * ``job read + parquet`` — the whole batch: ``spark.job.run_batch(spark, spec)`` (bounds check,
   read with ``client=auto``, counting, the sink's fence, Spark's Parquet writer, commit, manifest
   read-back), a new fenced attempt at the same batch each time.
@@ -267,6 +269,12 @@ def spark_reads(
     warm: list[Line] = [
         (f"data source {client} (warm)", lambda c=client: data_source(c)) for client in ("confluent", "kafka-python")
     ]
+    def data_source_parquet() -> int:
+        opts = range_source_options(ranges, props, client="confluent", **tuning)
+        spark.read.format(SOURCE_NAME).options(**opts).load().write.mode("overwrite").parquet(str(work / "plain"))
+        return total
+
+    warm.append(("data source confluent -> parquet", data_source_parquet))
     warm.append(("job read + parquet", job))
     return ("data source confluent (first query)", lambda: data_source("confluent")), warm
 
