@@ -19,13 +19,13 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
+
+from .models import TopicPartition
 
 PAUSE_AFTER_COMMIT_DIR_ENV = "KBP_TEST_PAUSE_AFTER_COMMIT_DIR"
 PAUSE_S = 600.0
 EARLIEST_OFFSETS_FILE_ENV = "KBP_TEST_EARLIEST_OFFSETS_FILE"
-
-TP = TypeVar("TP")
 
 
 def after_commit(pipeline: str, batch_id: int) -> None:
@@ -44,7 +44,7 @@ def after_commit(pipeline: str, batch_id: int) -> None:
     time.sleep(PAUSE_S)
 
 
-def emulated_earliest(offsets: Mapping[TP, int]) -> dict[TP, int]:
+def emulated_earliest(offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
     """``offsets`` (topic-partition → earliest offset) raised by the retention emulation, if any
     (see the module doc)."""
     path = os.environ.get(EARLIEST_OFFSETS_FILE_ENV)
@@ -56,6 +56,6 @@ def emulated_earliest(offsets: Mapping[TP, int]) -> dict[TP, int]:
         return dict(offsets)
     out = {}
     for tp, offset in offsets.items():
-        floor = floors.get(getattr(tp, "topic", ""), {}).get(str(getattr(tp, "partition", "")))
+        floor = floors.get(tp.topic, {}).get(str(tp.partition))
         out[tp] = offset if floor is None else max(int(offset), int(floor))
     return out

@@ -477,18 +477,17 @@ def write_batch(
     # A classic session's driver is this process: the driver-side steps run here, directly. Over
     # Spark Connect they run on the server's driver side, in the sink Data Source's writer.
     in_driver = getattr(spark, "_jvm", None) is not None
-    register(spark)
-    no_rows = df.limit(0)  # planned as an empty relation with df's schema: the stages read nothing
+    if not in_driver:
+        register(spark)
+        no_rows = df.limit(0)  # planned as an empty relation with df's schema: the stages read nothing
 
     def stage(name: str) -> None:
-        if not in_driver:
-            no_rows.write.format(SINK_SOURCE_NAME).mode("append").options(**opts, stage=name).save()
-        elif name == "fence":
-            BatchSinkWriter({**opts, "stage": "fence"}, df.schema)
-        elif name == "commit":
-            commit_batch(sink, batch_id, token, ranges, describe or {}, df.schema, compression or "snappy", attempt=attempt)
+        """One driver-side step, through the same writer either way (its constructor raises the
+        fence, its ``commit`` publishes or aborts)."""
+        if in_driver:
+            BatchSinkWriter({**opts, "stage": name}, df.schema).commit([])
         else:
-            BatchSinkWriter({**opts, "stage": "abort"}, df.schema).commit([])
+            no_rows.write.format(SINK_SOURCE_NAME).mode("append").options(**opts, stage=name).save()
 
     if attempt is not None:
         stage("fence")
