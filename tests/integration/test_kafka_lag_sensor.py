@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -59,22 +60,32 @@ def lag_dag(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
     (folder / "kbp_test_lag_sensor.py").unlink()
 
 
-def _produce_once_waiting(bootstrap: str, topic: str, count: int, start_id: int, state: str) -> threading.Thread:
-    """Produce when the sensor's task instance is in ``state`` (it checked and found no crossing)."""
+def _produce_once_started(bootstrap: str, topic: str, count: int, start_id: int, n: int) -> threading.Thread:
+    """Produce once the sensor of run number ``n`` has started (and so checked, or is about to).
+
+    Keyed on the task instance's start date, not on its state: in deferred mode under
+    ``dag.test()`` the task is ``running`` only for the ~50 ms of its first check (then deferred,
+    then queued while the trigger runs inline), which a poll can miss."""
 
     def wait_then_produce() -> None:
         import time
 
-        from airflow.models import TaskInstance
+        from airflow.models import DagRun, TaskInstance
         from airflow.utils.session import create_session
 
+        when = af.BASE_DATE + timedelta(seconds=60 * n)
         for _ in range(600):
             with create_session() as session:
-                ti = session.query(TaskInstance).filter_by(dag_id=DAG_ID, task_id="lag").order_by(TaskInstance.start_date.desc()).first()
-                if ti is not None and ti.state == state:
+                ti = (
+                    session.query(TaskInstance)
+                    .join(DagRun, (DagRun.dag_id == TaskInstance.dag_id) & (DagRun.run_id == TaskInstance.run_id))
+                    .filter(TaskInstance.dag_id == DAG_ID, TaskInstance.task_id == "lag", DagRun.logical_date == when)
+                    .first()
+                )
+                if ti is not None and ti.start_date is not None:
                     break
             time.sleep(0.1)
-        time.sleep(1.0)  # a few pokes (0.2 s apart) see the small lag first
+        time.sleep(1.0)  # a few checks (0.2 s apart) see the small lag first
         produce(bootstrap, topic, count=count, partitions=2, start_id=start_id)
 
     t = threading.Thread(target=wait_then_produce, daemon=True)
@@ -87,9 +98,10 @@ def test_the_sensor_fires_when_a_real_lag_crosses_the_threshold(lag_dag, deferra
     run, bootstrap, topic, _group = lag_dag
     produce(bootstrap, topic, count=10, partitions=2)  # lag 10: below the threshold
     # then 30, above: produced only once the sensor runs and has checked (deferred: the trigger polls)
-    later = _produce_once_waiting(bootstrap, topic, count=20, start_id=10, state="running")
+    n = 2 if deferrable else 1
+    later = _produce_once_started(bootstrap, topic, count=20, start_id=10, n=n)
     try:
-        result = run(1 if not deferrable else 2, max_lag_records=25, deferrable=deferrable)
+        result = run(n, max_lag_records=25, deferrable=deferrable)
     finally:
         later.join()
     assert result.task_states == {"lag": "success"}, result
