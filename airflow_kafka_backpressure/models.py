@@ -247,7 +247,8 @@ class JobSpec:
     credentials. ``token`` names this attempt (its staging directory in the sink). ``min_partitions``
     is the read parallelism asked for (input partitions; large ranges are split to reach it).
     ``options``: ``max_records_per_batch`` (rows per Arrow batch of the Python reader),
-    ``parquet_compression``, and reader options passed through as they are.
+    ``parquet_compression``, ``parquet_plain_columns`` (columns written without dictionary
+    encoding; default ``spark.sink.PLAIN_COLUMNS``), and reader options passed through as they are.
     """
 
     plan: BatchPlan

@@ -98,7 +98,7 @@ def main() -> None:
     from airflow_kafka_backpressure.local.broker import TansuBroker
     from airflow_kafka_backpressure.local.producer import ensure_topic
     from airflow_kafka_backpressure.local.spark_connect import SparkConnectServer
-    from reader_throughput import produce_one_per_batch
+    from reader_throughput import produce_records
 
     tmp_root = REPO / ".tmp"
     tmp_root.mkdir(exist_ok=True)
@@ -124,7 +124,7 @@ def main() -> None:
             p = args.partitions
             for topic, count in (("small", args.small), ("big", args.big)):
                 ensure_topic(broker.bootstrap, topic, p)
-                produce_one_per_batch(broker.bootstrap, topic, count, p, 100)
+                produce_records(broker.bootstrap, topic, count, p, 100)
             print(f"broker, Connect server, {args.small} + {args.big} records ready", flush=True)
             batch_ids = iter(range(1, 10_000))
 

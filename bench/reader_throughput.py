@@ -9,11 +9,15 @@ reads the same ranges several ways and prints records/s and the ratio to the fir
 * ``kafka-python consumer`` — the same with kafka-python;
 * ``read_range (<client>)`` — the reader's per-partition function in plain Python, one range after
   the other, Arrow batches built (what each Spark task does, without Spark);
+* ``read_range (confluent), 2 processes`` — the same in two worker processes at once, one range
+  per task, as ``local[2]`` runs the Data Source: on the embedded broker two concurrent fetches
+  cost it more CPU than two in a row (see the README), so this line can be *below* the one above;
 * ``data source confluent (first query)`` — the Data Source in a fresh local[N] session, rows sent
   to Spark's ``noop`` sink (read cost only), Python workers and data source planning started cold;
 * ``data source <client> (warm)`` — the same once the session's Python workers run;
-* ``data source confluent -> parquet`` — the same read into Spark's Parquet writer (one directory,
-  overwritten): the read + write stage alone;
+* ``data source confluent -> parquet`` — the same read into Spark's Parquet writer with the sink's
+  settings (``spark.sink.PLAIN_COLUMNS``; one directory, overwritten): the read + write stage alone;
+  the line below it uses Spark's defaults (a dictionary tried on every column);
 * ``job read + parquet`` — the whole batch: ``spark.job.run_batch(spark, spec)`` (bounds check,
   read with ``client=auto``, counting, the sink's fence, Spark's Parquet writer, commit, manifest
   read-back), a new fenced attempt at the same batch each time.
@@ -24,6 +28,8 @@ lines run interleaved, round after round, and the load average is printed with t
 because it moves them.
 
     .venv/bin/python bench/reader_throughput.py                       # 100,000 records, 4 partitions
+    .venv/bin/python bench/reader_throughput.py --records-per-batch 1000   # as a batching producer writes
+    .venv/bin/python bench/reader_throughput.py --master 'local[1]'   # one Spark core vs one consumer
     .venv/bin/python bench/reader_throughput.py --records 400000 --max-records-per-partition 50000
 """
 
@@ -48,24 +54,48 @@ from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def produce_one_per_batch(bootstrap: str, topic: str, count: int, partitions: int, payload_bytes: int) -> None:
-    """The demo's records (id ``i`` to partition ``i % partitions``), one record per record batch as
-    the embedded broker's latest-offset answer needs (see the project's notes), with
-    confluent-kafka: much faster than the demo producer."""
+def produce_records(
+    bootstrap: str, topic: str, count: int, partitions: int, payload_bytes: int, records_per_batch: int = 1
+) -> None:
+    """The demo's records (id ``i`` to partition ``i % partitions``) with confluent-kafka (much
+    faster than the demo producer), up to ``records_per_batch`` records per Kafka record batch.
+
+    The embedded broker answers "latest offset" with the last record batch's base offset + 1 (see
+    the project's notes), so the last record of every partition goes in a batch of its own: the
+    job's bounds check then sees the true latest offsets. ``records_per_batch=1`` (one record per
+    batch throughout) is the layout the tests use; a real producer batches (``linger.ms``,
+    ``batch.size``), which makes the broker's share of the work far smaller."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1, "acks": "all"})
-    for i in range(count):
-        key, value = demo_record(i, payload_bytes)
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, partition=i % partitions)
-                break
-            except BufferError:  # local queue full: let deliveries drain
-                producer.poll(0.1)
-        producer.poll(0)
-    if producer.flush(60):
-        raise SystemExit("the producer could not deliver every record within 60 s")
+    def producer(per_batch: int) -> Any:
+        return Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 0 if per_batch == 1 else 50,
+                "batch.num.messages": per_batch,
+                "batch.size": 64 * 1024 * 1024,
+                "acks": "all",
+            }
+        )
+
+    def send(p: Any, ids: range) -> None:
+        for i in ids:
+            key, value = demo_record(i, payload_bytes)
+            while True:
+                try:
+                    p.produce(topic, key=key, value=value, partition=i % partitions)
+                    break
+                except BufferError:  # local queue full: let deliveries drain
+                    p.poll(0.1)
+            p.poll(0)
+        if p.flush(60):
+            raise SystemExit("the producer could not deliver every record within 60 s")
+
+    tail = min(partitions, count) if records_per_batch > 1 else 0
+    send(producer(records_per_batch), range(count - tail))
+    last = producer(1)
+    for i in range(count - tail, count):  # one record, one batch: delivered before the next is sent
+        send(last, range(i, i + 1))
 
 
 def confluent_consumer(bootstrap: str, ranges: list[OffsetRange]) -> int:
@@ -129,6 +159,28 @@ def read_range_loop(client: str, batch: int) -> Callable[[str, list[OffsetRange]
     return run
 
 
+def _read_one(args: tuple[str, OffsetRange]) -> int:
+    from airflow_kafka_backpressure.spark.range_reader import read_range
+
+    bootstrap, r = args
+    return sum(b.num_rows for b in read_range(r, {"bootstrap.servers": bootstrap}, client="confluent"))
+
+
+@contextlib.contextmanager
+def concurrent_readers(processes: int) -> Iterator[Callable[[str, list[OffsetRange]], int]]:
+    """``read_range`` in ``processes`` worker processes at once, one range per task (as Spark's
+    ``local[N]`` runs the Data Source's partitions), the workers started before the clock runs."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(processes) as pool:
+        list(pool.map(abs, range(processes)))  # start the workers
+
+        def run(bootstrap: str, ranges: list[OffsetRange]) -> int:
+            return sum(pool.map(_read_one, [(bootstrap, r) for r in ranges]))
+
+        yield run
+
+
 Line = tuple[str, Callable[[], int]]
 
 
@@ -151,6 +203,10 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--payload-bytes", type=int, default=100)
+    ap.add_argument(
+        "--records-per-batch", type=int, default=1,
+        help="records per Kafka record batch when producing (1: the tests' layout; a real producer batches)",
+    )
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--max-records-per-batch", type=int, default=None, help="Arrow batch rows (reader default)")
     ap.add_argument("--max-records-per-partition", type=int, default=None, help="split size (reader default)")
@@ -176,7 +232,9 @@ def main() -> None:
             topic = "bench"
             ensure_topic(broker.bootstrap, topic, args.partitions)
             t0 = time.monotonic()
-            produce_one_per_batch(broker.bootstrap, topic, args.records, args.partitions, args.payload_bytes)
+            produce_records(
+                broker.bootstrap, topic, args.records, args.partitions, args.payload_bytes, args.records_per_batch
+            )
             print(f"produced {args.records} records in {time.monotonic() - t0:.1f}s", flush=True)
             per = args.records // args.partitions
             ranges = [OffsetRange(topic, p, 0, per) for p in range(args.partitions)]
@@ -190,19 +248,22 @@ def main() -> None:
             for client in ("confluent", "kafka-python"):
                 fn = read_range_loop(client, batch)
                 lines.append((f"read_range ({client})", lambda fn=fn: fn(bootstrap, ranges)))
-            if args.skip_spark:
-                run_lines(results, total, lines, args.repeat)
-            else:
-                with spark_session(args.master, work) as spark:
-                    first, spark_lines = spark_reads(spark, args, work, bootstrap, ranges, total)
-                    run_lines(results, total, [first], 1)
-                    run_lines(results, total, lines + spark_lines, args.repeat)
+            with concurrent_readers(2) as pair:
+                lines.append(("read_range (confluent), 2 processes", lambda: pair(bootstrap, ranges)))
+                if args.skip_spark:
+                    run_lines(results, total, lines, args.repeat)
+                else:
+                    with spark_session(args.master, work) as spark:
+                        first, spark_lines = spark_reads(spark, args, work, bootstrap, ranges, total)
+                        run_lines(results, total, [first], 1)
+                        run_lines(results, total, lines + spark_lines, args.repeat)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     base = results["confluent consumer"]
     print(
-        f"\n{total} records, {args.partitions} partitions, {args.payload_bytes}-byte payloads, {args.master}, "
+        f"\n{total} records, {args.partitions} partitions, {args.payload_bytes}-byte payloads, "
+        f"{args.records_per_batch} record(s) per Kafka batch, {args.master}, "
         f"best of {args.repeat}; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after "
         f"({os.cpu_count()} CPUs)"
     )
@@ -230,6 +291,7 @@ def spark_reads(
     """The first Data Source query of the session, and the warm Spark lines."""
     from airflow_kafka_backpressure.spark import registry
     from airflow_kafka_backpressure.spark.job import run_batch
+    from airflow_kafka_backpressure.spark.sink import PLAIN_COLUMNS
     from airflow_kafka_backpressure.spark.kafka_range_source import (
         SOURCE_NAME,
         KafkaRangeDataSource,
@@ -269,12 +331,16 @@ def spark_reads(
     warm: list[Line] = [
         (f"data source {client} (warm)", lambda c=client: data_source(c)) for client in ("confluent", "kafka-python")
     ]
-    def data_source_parquet() -> int:
+    def data_source_parquet(plain_columns: tuple[str, ...]) -> int:
         opts = range_source_options(ranges, props, client="confluent", **tuning)
-        spark.read.format(SOURCE_NAME).options(**opts).load().write.mode("overwrite").parquet(str(work / "plain"))
+        writer = spark.read.format(SOURCE_NAME).options(**opts).load().write.mode("overwrite")
+        for column in plain_columns:
+            writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
+        writer.parquet(str(work / "plain"))
         return total
 
-    warm.append(("data source confluent -> parquet", data_source_parquet))
+    warm.append(("data source confluent -> parquet", lambda: data_source_parquet(PLAIN_COLUMNS)))
+    warm.append(("  the same, Spark's Parquet defaults", lambda: data_source_parquet(())))
     warm.append(("job read + parquet", job))
     return ("data source confluent (first query)", lambda: data_source("confluent")), warm
 

@@ -363,6 +363,7 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
             token=spec.token,
             compression=spec.options.get("parquet_compression"),
             attempt=spec.attempt,
+            plain_columns=spec.options.get("parquet_plain_columns"),
         )
     except SinkError as e:
         raise JobError(str(e)) from e

@@ -455,6 +455,15 @@ def register(spark: Any) -> None:
     registry.register(spark, BatchSinkDataSource, BatchManifestDataSource)
 
 
+#: Columns of the Kafka schema Parquet should not try to dictionary-encode: offsets are unique in a
+#: partition, and keys and values nearly always are within a batch. Parquet's writer builds a
+#: dictionary for each column chunk's first pages and, for such columns, throws it away once it
+#: outgrows its limit, writing the same PLAIN pages it would have written without one. Measured
+#: (bench/reader_throughput.py, 1,000 records per producer batch, local[1]): the Parquet write's cost
+#: over a no-op sink fell from 0.24 s to 0.10 s per 100,000 records; the files' encodings are the same.
+PLAIN_COLUMNS: tuple[str, ...] = ("key", "value", "offset")
+
+
 def write_batch(
     spark: Any,
     df: Any,
@@ -466,10 +475,13 @@ def write_batch(
     token: str | None = None,
     compression: str | None = None,
     attempt: int | None = None,
+    plain_columns: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Write ``df`` as batch ``batch_id`` of ``sink`` (replacing any previous version whole) and
     return the committed manifest, read back where Spark runs. ``token`` names the attempt (its
-    staging directory, where the reader leaves its completion records); default: a fresh one."""
+    staging directory, where the reader leaves its completion records); default: a fresh one.
+    ``plain_columns``: the columns written without dictionary encoding (default
+    :data:`PLAIN_COLUMNS`; names ``df`` lacks are ignored)."""
     opts = sink_options(
         sink, batch_id, token or uuid.uuid4().hex, ranges, describe or {}, compression=compression, attempt=attempt
     )
@@ -494,7 +506,13 @@ def write_batch(
     # Timestamps as INT64 microseconds (Spark's default, INT96, is deprecated in Parquet).
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     try:
-        df.write.mode("append").option("compression", compression or "snappy").parquet(staging_uri(sink, batch_id, token))
+        writer = df.write.mode("append").option("compression", compression or "snappy")
+        plain = PLAIN_COLUMNS if plain_columns is None else plain_columns
+        if isinstance(plain, str):  # "key,value" from a pipeline file
+            plain = [c.strip() for c in plain.split(",")]
+        for column in sorted(set(plain) & set(df.columns)):
+            writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
+        writer.parquet(staging_uri(sink, batch_id, token))
     except Exception:
         try:
             stage("abort")

@@ -432,6 +432,41 @@ def test_sink_ignores_and_cleans_crash_leftovers(spark, sink):
     assert spark.read.parquet(root).count() == 8
 
 
+def _dictionary_encoded(path: Path) -> dict[str, bool]:
+    """Per column of the batch's Parquet files: did the writer dictionary-encode it?"""
+    import pyarrow.parquet as pq
+
+    out: dict[str, bool] = {}
+    for f in sorted(path.glob("*.parquet")):
+        md = pq.ParquetFile(f).metadata
+        for g in range(md.num_row_groups):
+            for i in range(md.num_columns):
+                c = md.row_group(g).column(i)
+                used = any("DICTIONARY" in e for e in c.encodings)
+                out[c.path_in_schema] = out.get(c.path_in_schema, False) or used
+    return out
+
+
+def test_sink_writes_kafka_key_value_and_offset_without_dictionary_encoding(spark, sink):
+    """Few distinct values, so Parquet would keep a dictionary for every column: the default leaves
+    ``key``, ``value`` and ``offset`` plain (see ``PLAIN_COLUMNS``), ``plain_columns=()`` does not."""
+    df = spark.createDataFrame(
+        [(f"k{i % 3}".encode(), f"v{i % 2}".encode(), "t", i % 5, "x") for i in range(200)],
+        "key binary, value binary, topic string, offset long, other string",
+    )
+    sink_mod.write_batch(spark, df, str(sink), 1, describe={"pipeline": "p"})
+    assert _dictionary_encoded(sink / "batch_id=1") == {
+        "key": False, "value": False, "topic": True, "offset": False, "other": True,
+    }
+    sink_mod.write_batch(spark, df, str(sink), 2, describe={"pipeline": "p"}, plain_columns="other, value")
+    assert _dictionary_encoded(sink / "batch_id=2") == {
+        "key": True, "value": False, "topic": True, "offset": True, "other": False,
+    }
+    sink_mod.write_batch(spark, df, str(sink), 3, describe={"pipeline": "p"}, plain_columns=())
+    assert all(_dictionary_encoded(sink / "batch_id=3").values())
+    assert sorted(sink_table(sink).column("offset").to_pylist()) == sorted(3 * [i % 5 for i in range(200)])
+
+
 def test_sink_converges_after_a_crash_between_the_two_renames(spark, sink):
     root = str(sink)
     sink_mod.write_batch(spark, _rows(spark, range(4)), root, 3, describe={"pipeline": "p"})
