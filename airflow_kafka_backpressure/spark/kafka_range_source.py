@@ -25,7 +25,7 @@ Options (all strings, as Spark passes them; names are case-insensitive):
   :func:`.range_reader.read_range`, which each input partition runs.
 * ``readRecordsDir`` — optional: a directory URI where each input partition, once read to its end,
   leaves a completion record (its range, records and key+value bytes) for the sink's commit
-  (:func:`.sink.record_read_completion`).
+  (:func:`.completion.record_read_completion`).
 
 The output has the columns and types of Spark's Kafka source with ``includeHeaders=true``; every
 column is nullable there, so it is here. ``read()`` yields ``pyarrow.RecordBatch`` es with exactly
@@ -199,7 +199,7 @@ class KafkaRangeReader(DataSourceReader):
             return iter(())
         on_complete = None
         if self.read_records_dir is not None:
-            from airflow_kafka_backpressure.spark.sink import record_read_completion
+            from airflow_kafka_backpressure.spark.completion import record_read_completion
 
             directory = self.read_records_dir
 

@@ -75,10 +75,7 @@ transform).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import socket
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -87,8 +84,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from airflow_kafka_backpressure.models import OffsetRange, TopicPartition, batch_path
+from airflow_kafka_backpressure.models import OffsetRange, batch_path
 from airflow_kafka_backpressure.spark import registry
+from airflow_kafka_backpressure.spark.completion import completed_reads, tally_reads
 from airflow_kafka_backpressure.spark.fencing import fence_problem, raise_fence, read_fence
 from airflow_kafka_backpressure.spark.manifest_source import (
     MANIFEST_NAME,
@@ -130,75 +128,7 @@ def read_records_dir(sink: str, batch_id: int, token: str) -> str:
     return staging_uri(sink, batch_id, token) + "/" + READ_DIR
 
 
-# --------------------------------------------------------------------------- completion records
-
-
-def record_read_completion(directory: str, offset_range: OffsetRange, records: int, key_value_bytes: int) -> None:
-    """Called by the reader once ``offset_range`` was read to its end (on an executor)."""
-    body = json.dumps(
-        {
-            "range": offset_range.to_dict(),
-            "records": int(records),
-            "bytes": int(key_value_bytes),
-            "executor": executor_identity(),
-        }
-    )
-    key = hashlib.sha1(json.dumps(offset_range.to_dict(), sort_keys=True).encode()).hexdigest()[:20]
-    location(directory).child(f"{key}.json").write_bytes(body.encode())
-
-
-def _completed_reads(directory: Location) -> tuple[list[tuple[OffsetRange, int, int]], set[str]]:
-    """The completion records under ``directory``, and the executors that wrote them."""
-    out, executors = [], set()
-    if not directory.exists():
-        return out, executors
-    for name, is_dir, _ in directory.children():
-        if is_dir or not name.endswith(".json"):
-            continue
-        d = json.loads(directory.child(name).read_bytes())
-        out.append((OffsetRange.from_dict(d["range"]), int(d["records"]), int(d["bytes"])))
-        if d.get("executor"):
-            executors.add(str(d["executor"]))
-    return out, executors
-
-
-def tally_reads(
-    planned: Sequence[OffsetRange], completed: Sequence[tuple[OffsetRange, int, int]]
-) -> tuple[dict[TopicPartition, int], int, list[OffsetRange]]:
-    """Per planned range: the records read, if its input partitions tile it exactly (pure).
-
-    Returns (records per topic-partition of the ranges read completely, their key+value bytes, the
-    non-empty ranges not read completely)."""
-    by_tp: dict[TopicPartition, list[tuple[OffsetRange, int, int]]] = {}
-    for r, n, b in completed:
-        by_tp.setdefault(r.tp, []).append((r, n, b))
-    counts: dict[TopicPartition, int] = {}
-    total_bytes = 0
-    unread: list[OffsetRange] = []
-    for r in planned:
-        if r.count <= 0:
-            counts[r.tp] = 0
-            continue
-        pieces = sorted({(p.from_offset, p.until_offset): (n, b) for p, n, b in by_tp.get(r.tp, ())}.items())
-        position, records, nbytes = r.from_offset, 0, 0
-        for (lo, hi), (n, b) in pieces:
-            if lo == position and hi <= r.until_offset:
-                position, records, nbytes = hi, records + n, nbytes + b
-        if position == r.until_offset:
-            counts[r.tp] = records
-            total_bytes += nbytes
-        else:
-            unread.append(r)
-    return counts, total_bytes, unread
-
-
 # --------------------------------------------------------------------------- writer
-
-
-def executor_identity() -> str:
-    """Which executor runs this Python worker: host, working directory (the executor's own on a
-    cluster) and the process that forked the worker (the executor's Python daemon)."""
-    return f"{socket.gethostname()}|{os.getcwd()}|{os.getppid()}"
 
 
 STAGES = ("fence", "commit", "abort")
@@ -360,7 +290,7 @@ def commit_batch(
         staging.mkdirs()
         files = _published_files(staging)
         reads = staging.child(READ_DIR)
-        completed, executors = _completed_reads(reads)
+        completed, executors = completed_reads(reads)
         counts, nbytes, unread = tally_reads(ranges, completed)
         reads.delete()
         # executors: those that read the ranges; none read (an empty batch, the native reader): at

@@ -1,0 +1,86 @@
+"""Completion records: how the sink learns, without counting rows, what the reader read.
+
+Each input partition of the Kafka range reader that was read to its end leaves one small JSON
+record (its offset range, records, key+value bytes and the executor that read it) in the attempt's
+staging directory (``<staging>/_read/``, :func:`.sink.read_records_dir`). The sink's commit, on the
+driver side, tallies them against the planned ranges: a range is counted only when its input
+partitions tile it exactly (a retried or speculative task writes the same record again, under the
+same name). :func:`record_read_completion` runs on executors; :func:`completed_reads` and the pure
+:func:`tally_reads` where the commit runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+from collections.abc import Sequence
+
+from airflow_kafka_backpressure.models import OffsetRange, TopicPartition
+from airflow_kafka_backpressure.storage import Location, location
+
+
+def record_read_completion(directory: str, offset_range: OffsetRange, records: int, key_value_bytes: int) -> None:
+    """Called by the reader once ``offset_range`` was read to its end (on an executor)."""
+    body = json.dumps(
+        {
+            "range": offset_range.to_dict(),
+            "records": int(records),
+            "bytes": int(key_value_bytes),
+            "executor": executor_identity(),
+        }
+    )
+    key = hashlib.sha1(json.dumps(offset_range.to_dict(), sort_keys=True).encode()).hexdigest()[:20]
+    location(directory).child(f"{key}.json").write_bytes(body.encode())
+
+
+def completed_reads(directory: Location) -> tuple[list[tuple[OffsetRange, int, int]], set[str]]:
+    """The completion records under ``directory``, and the executors that wrote them."""
+    out, executors = [], set()
+    if not directory.exists():
+        return out, executors
+    for name, is_dir, _ in directory.children():
+        if is_dir or not name.endswith(".json"):
+            continue
+        d = json.loads(directory.child(name).read_bytes())
+        out.append((OffsetRange.from_dict(d["range"]), int(d["records"]), int(d["bytes"])))
+        if d.get("executor"):
+            executors.add(str(d["executor"]))
+    return out, executors
+
+
+def tally_reads(
+    planned: Sequence[OffsetRange], completed: Sequence[tuple[OffsetRange, int, int]]
+) -> tuple[dict[TopicPartition, int], int, list[OffsetRange]]:
+    """Per planned range: the records read, if its input partitions tile it exactly (pure).
+
+    Returns (records per topic-partition of the ranges read completely, their key+value bytes, the
+    non-empty ranges not read completely)."""
+    by_tp: dict[TopicPartition, list[tuple[OffsetRange, int, int]]] = {}
+    for r, n, b in completed:
+        by_tp.setdefault(r.tp, []).append((r, n, b))
+    counts: dict[TopicPartition, int] = {}
+    total_bytes = 0
+    unread: list[OffsetRange] = []
+    for r in planned:
+        if r.count <= 0:
+            counts[r.tp] = 0
+            continue
+        pieces = sorted({(p.from_offset, p.until_offset): (n, b) for p, n, b in by_tp.get(r.tp, ())}.items())
+        position, records, nbytes = r.from_offset, 0, 0
+        for (lo, hi), (n, b) in pieces:
+            if lo == position and hi <= r.until_offset:
+                position, records, nbytes = hi, records + n, nbytes + b
+        if position == r.until_offset:
+            counts[r.tp] = records
+            total_bytes += nbytes
+        else:
+            unread.append(r)
+    return counts, total_bytes, unread
+
+
+def executor_identity() -> str:
+    """Which executor runs this Python worker: host, working directory (the executor's own on a
+    cluster) and the process that forked the worker (the executor's Python daemon)."""
+    return f"{socket.gethostname()}|{os.getcwd()}|{os.getppid()}"
