@@ -291,7 +291,7 @@ def spark_reads(
     """The first Data Source query of the session, and the warm Spark lines."""
     from airflow_kafka_backpressure.spark import registry
     from airflow_kafka_backpressure.spark.job import run_batch
-    from airflow_kafka_backpressure.spark.sink import PLAIN_COLUMNS
+    from airflow_kafka_backpressure.spark.sink import plain_column_options
     from airflow_kafka_backpressure.spark.kafka_range_source import (
         SOURCE_NAME,
         KafkaRangeDataSource,
@@ -331,15 +331,14 @@ def spark_reads(
     warm: list[Line] = [
         (f"data source {client} (warm)", lambda c=client: data_source(c)) for client in ("confluent", "kafka-python")
     ]
-    def data_source_parquet(plain_columns: tuple[str, ...]) -> int:
+    def data_source_parquet(plain_columns: tuple[str, ...] | None) -> int:
         opts = range_source_options(ranges, props, client="confluent", **tuning)
-        writer = spark.read.format(SOURCE_NAME).options(**opts).load().write.mode("overwrite")
-        for column in plain_columns:
-            writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
+        df = spark.read.format(SOURCE_NAME).options(**opts).load()
+        writer = df.write.mode("overwrite").options(**plain_column_options(df.columns, plain_columns))
         writer.parquet(str(work / "plain"))
         return total
 
-    warm.append(("data source confluent -> parquet", lambda: data_source_parquet(PLAIN_COLUMNS)))
+    warm.append(("data source confluent -> parquet", lambda: data_source_parquet(None)))
     warm.append(("  the same, Spark's Parquet defaults", lambda: data_source_parquet(())))
     warm.append(("job read + parquet", job))
     return ("data source confluent (first query)", lambda: data_source("confluent")), warm

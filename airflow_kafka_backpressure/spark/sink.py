@@ -394,6 +394,16 @@ def register(spark: Any) -> None:
 PLAIN_COLUMNS: tuple[str, ...] = ("key", "value", "offset")
 
 
+def plain_column_options(columns: Sequence[str], plain_columns: Sequence[str] | str | None = None) -> dict[str, str]:
+    """Parquet writer options that turn dictionary encoding off for ``plain_columns`` (default
+    :data:`PLAIN_COLUMNS`; a comma-separated string, as a pipeline file may give it) among
+    ``columns``."""
+    plain = PLAIN_COLUMNS if plain_columns is None else plain_columns
+    if isinstance(plain, str):
+        plain = [c.strip() for c in plain.split(",")]
+    return {f"parquet.enable.dictionary#{c}": "false" for c in sorted(set(plain) & set(columns))}
+
+
 def write_batch(
     spark: Any,
     df: Any,
@@ -436,13 +446,9 @@ def write_batch(
     # Timestamps as INT64 microseconds (Spark's default, INT96, is deprecated in Parquet).
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     try:
-        writer = df.write.mode("append").option("compression", compression or "snappy")
-        plain = PLAIN_COLUMNS if plain_columns is None else plain_columns
-        if isinstance(plain, str):  # "key,value" from a pipeline file
-            plain = [c.strip() for c in plain.split(",")]
-        for column in sorted(set(plain) & set(df.columns)):
-            writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
-        writer.parquet(staging_uri(sink, batch_id, token))
+        df.write.mode("append").option("compression", compression or "snappy").options(
+            **plain_column_options(df.columns, plain_columns)
+        ).parquet(staging_uri(sink, batch_id, token))
     except Exception:
         try:
             stage("abort")

@@ -77,11 +77,16 @@ class RunResult:
     xcoms: dict[str, Any]
 
 
+def logical_date(n: int, interval_s: float = 60) -> datetime:
+    """The logical date of :func:`run_dag`'s run number ``n``."""
+    return BASE_DATE + timedelta(seconds=interval_s * n)
+
+
 def run_dag(dag_id: str, n: int, interval_s: float = 60) -> RunResult:
     """``dag.test()`` for logical date number ``n``: the same ``n`` gives the same run id, so running
     it again is a cleared, re-run DAG run."""
     dag = load_dag(dag_id)
-    when = BASE_DATE + timedelta(seconds=interval_s * n)
+    when = logical_date(n, interval_s)
     dr = dag.test(logical_date=when, run_after=when)
     states, xcoms = {}, {}
     for ti in dr.get_task_instances():

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -73,7 +72,7 @@ def _produce_once_started(bootstrap: str, topic: str, count: int, start_id: int,
         from airflow.models import DagRun, TaskInstance
         from airflow.utils.session import create_session
 
-        when = af.BASE_DATE + timedelta(seconds=60 * n)
+        when = af.logical_date(n)
         for _ in range(600):
             with create_session() as session:
                 ti = (
