@@ -31,6 +31,9 @@ METRICS_NAME = "metrics.json"
 ERROR_NAME = "error.json"
 #: Environment variable that carries the key of the sealed Kafka properties to the driver.
 SPEC_KEY_ENV = "KBP_SPEC_KEY"
+#: Environment variable that carries the PID of the process that ran ``spark-submit`` (client mode):
+#: the driver ends its application when that process is gone (:mod:`.spark.launcher_watch`).
+LAUNCHER_PID_ENV = "KBP_LAUNCHER_PID"
 
 
 class HandoffError(RuntimeError):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -79,6 +80,14 @@ class Engine:
         return BatchStopped(spec.plan.batch_id, f"{self.stop_reason}; {self.name} engine stopped the batch's Spark work")
 
 
+def thread_stack(thread: threading.Thread) -> str:
+    """Where ``thread`` is now (for a log line saying what a stuck run waits for)."""
+    import traceback
+
+    frame = sys._current_frames().get(thread.ident or -1)
+    return "".join(traceback.format_stack(frame)) if frame is not None else "(the thread has ended)"
+
+
 def supervise(
     engine: Engine,
     spec: JobSpec,
@@ -130,7 +139,10 @@ def supervise(
                 if int(now - stopping_since) % 5 == 0:
                     engine.restop()  # work that started after the first stop is stopped too
                 if now - stopping_since > STOP_GRACE_S:
-                    log.error("The batch's Spark work did not end %s s after it was stopped; giving up on it", STOP_GRACE_S)
+                    log.error(
+                        "The batch's Spark work did not end %s s after it was stopped; giving up on it. "
+                        "It is stuck in:\n%s", STOP_GRACE_S, thread_stack(worker),
+                    )
                     break
             elif now - started > timeout_s:
                 engine.stop(

@@ -1,37 +1,15 @@
-"""Processes a batch launch starts: make them die with their parent, find them, stop them.
+"""Processes a batch launch starts: find them, stop them.
 
-Linux specifics are optional: elsewhere :func:`die_with_parent` is None and only the explicit stop
-works. Uses psutil (an Airflow dependency). No Airflow or Spark imports.
+Uses psutil (an Airflow dependency). No Airflow or Spark imports. (A launched JVM ending with the
+task process that started it is the driver's business: :mod:`..spark.launcher_watch`.)
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import signal
-import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import psutil
-
-_PR_SET_PDEATHSIG = 1
-_libc = None
-if sys.platform.startswith("linux"):
-    try:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:  # pragma: no cover - no libc to talk to
-        _libc = None
-
-
-def _pdeathsig_term() -> None:
-    # Runs in the child between fork and exec: no imports, no locks, just the system call.
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # type: ignore[union-attr]
-
-
-#: ``preexec_fn`` for ``subprocess.Popen``: the child gets SIGTERM when the thread that started it
-#: dies (e.g. the Airflow task process is killed), so a JVM never outlives the task that launched it.
-#: SIGTERM, not SIGKILL: the JVM's shutdown hooks then remove its temporary directories.
-die_with_parent: Callable[[], None] | None = _pdeathsig_term if _libc is not None else None
 
 
 def children_since(started_at: float, markers: Iterable[str]) -> list[psutil.Process]:

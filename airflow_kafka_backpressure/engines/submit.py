@@ -13,7 +13,10 @@ passed in a private ``--properties-file``, never as ``--conf`` on the command li
 Stopping (timeout, ``on_kill``, the task's supervisor gone): the spark-submit process this attempt
 started and everything under it get SIGTERM (the JVM's shutdown hooks clean its temporary
 directories), then SIGKILL; the provider hook's ``on_kill`` kills a cluster-mode application on
-YARN or Kubernetes. Each spark-submit also gets SIGTERM by itself when the task process dies.
+YARN or Kubernetes. When the task process dies without stopping anything (SIGKILL), a client-mode
+driver notices and ends its application (:mod:`airflow_kafka_backpressure.spark.launcher_watch`;
+its PID travels in the driver's environment). ``spark-submit`` is started without ``preexec_fn``:
+that would fork the whole multi-threaded task process and run Python before exec, which can hang.
 
 No Airflow imports: the caller passes a factory for the provider's hook.
 """
@@ -35,7 +38,7 @@ from .. import handoff
 from ..models import BatchMetrics, JobSpec
 from . import BatchJobError, Engine
 from .environment import spark_conf_defaults, spark_submit_env
-from .process import children_since, die_with_parent, stop_processes, with_descendants
+from .process import children_since, stop_processes, with_descendants
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +224,8 @@ class SubmitEngine(Engine):
                     conf[k] = v
             env = {handoff.SPEC_KEY_ENV: key}
             if not self.cluster_mode:
-                env = spark_submit_env(work, env, local_only=local_only)
+                # the driver runs under this process: it ends the application if this process dies
+                env = spark_submit_env(work, {**env, handoff.LAUNCHER_PID_ENV: str(os.getpid())}, local_only=local_only)
             hook = self.make_hook(
                 conf=conf,
                 properties_file=write_properties_file(work / "secret.properties", secret) if secret else None,
@@ -239,9 +243,8 @@ class SubmitEngine(Engine):
                     "Submitting batch %s to %s (%s mode) with %s executor(s)",
                     plan.batch_id, self.master, self.deploy_mode, self.executors,
                 )
-                extra = {"preexec_fn": die_with_parent} if die_with_parent is not None else {}
                 try:
-                    hook.submit(application=job_script_path(), **extra)
+                    hook.submit(application=job_script_path())
                 except Exception as e:  # noqa: BLE001 - described below, never with its command line
                     failure = e
                 result = handoff.read_result(job)

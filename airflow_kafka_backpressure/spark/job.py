@@ -121,13 +121,15 @@ def check_bounds(spec: JobSpec) -> dict[TopicPartition, tuple[int, int]]:
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KafkaTP
 
+    from airflow_kafka_backpressure.kafka_clients import new_client
+
     ranges = spec.plan.ranges
     if not ranges:
         return {}
     cfg = _client_config(spec)
     servers = cfg["bootstrap_servers"]
     try:
-        consumer = KafkaConsumer(**cfg)
+        consumer = new_client(KafkaConsumer, **cfg)
     except Exception as e:
         raise JobError(
             f"cannot reach Kafka at {servers!r} within {cfg['bootstrap_timeout_ms']} ms "
@@ -439,12 +441,14 @@ def _report_error(message: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from airflow_kafka_backpressure import handoff
+    from airflow_kafka_backpressure.spark.launcher_watch import watch_launcher
     from airflow_kafka_backpressure.storage import StorageError, location
 
     parser = argparse.ArgumentParser(description="Run one bounded Kafka micro-batch on Spark.")
     parser.add_argument("--spec", required=True, help="URI of the JobSpec JSON in the hand-off directory")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    watch_launcher()  # the batch ends with the Airflow task process that launched it
     try:
         job_dir = location(args.spec).parent
         spec = handoff.take_spec(args.spec, os.environ.get(handoff.SPEC_KEY_ENV))

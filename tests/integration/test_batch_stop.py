@@ -245,3 +245,59 @@ def test_connect_batches_share_a_kept_session_and_a_closed_one_is_replaced(make_
     assert first not in kept() and len(kept() - before) == 1  # replaced by a new session
     assert sink_ids(p.sink) == Counter(range(120))
     assert [b.status for b in sorted(ledger.recent_batches(p.name), key=lambda b: b.batch_id)] == ["succeeded"] * 3
+
+
+#: A stand-in for an Airflow task process: runs one batch of the pipeline named in argv through
+#: the submit engine, as the ingest operator does (SparkBatchHook.run, connections from the env).
+TASK_PROCESS = """
+import json, sys
+from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
+from airflow_kafka_backpressure.models import BatchPlan
+from airflow_kafka_backpressure.pipeline import load_pipelines
+[p] = [p for p in load_pipelines() if p.name == sys.argv[1]]
+SparkBatchHook.for_pipeline(p).run(BatchPlan.from_dict(json.loads(sys.argv[2])), 1, {"bootstrap.servers": sys.argv[3]})
+"""
+
+
+@pytest.mark.parametrize("make_pipeline", ["submit"], indirect=True)
+def test_a_task_process_killed_outright_takes_its_spark_application_with_it(engine_setup, kafka_broker):
+    """SIGKILL leaves the task process no chance to stop anything: the driver notices that its
+    launcher is gone and ends the application (JVM, driver, Python workers) by itself."""
+    import json
+    import subprocess
+    import sys
+
+    from airflow_kafka_backpressure.models import OffsetRange
+
+    _, _, make, flag = engine_setup
+    p, ledger = make(name="orphan_submit", transform=HOLD)
+    ledger.upgrade()
+    produce(kafka_broker.bootstrap, p.topics[0], count=40, partitions=4)
+    plan = ledger.record_plan(
+        p.name, "manual__orphan", [OffsetRange(p.topics[0], q, 0, 10) for q in range(4)], p.sink,
+        p.batch_interval_ms, int(time.time() * 1000),
+    )
+    flag.touch()
+    task = subprocess.Popen(
+        [sys.executable, "-c", TASK_PROCESS, p.name, json.dumps(plan.to_dict()), kafka_broker.bootstrap],
+        start_new_session=True,
+    )
+    started: list[psutil.Process] = []
+    try:
+        held = wait_for_held_udf(flag)
+        assert held, "the batch's UDF never started: the batch was not held running"
+        started = psutil.Process(task.pid).children(recursive=True)
+        assert any("SparkSubmit" in " ".join(c.cmdline()) for c in started), [c.cmdline()[:3] for c in started]
+        task.kill()
+        task.wait()
+        left = still_running([*started, *(psutil.Process(pid) for pid in held if psutil.pid_exists(pid))])
+        assert not left, f"the batch's processes outlived the task process that started them: {left}"
+    finally:
+        flag.unlink(missing_ok=True)
+        if task.poll() is None:
+            task.kill()
+        for proc in started:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass

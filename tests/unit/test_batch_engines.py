@@ -168,6 +168,40 @@ def test_a_stop_from_another_thread_ends_the_run_as_stopped(tmp_path):
     assert isinstance(err.value, BatchJobError) and err.value.batch_id == 3
 
 
+class _Stuck(Engine):
+    """A run that does not end when stopped (e.g. blocked in a call that nothing can interrupt)."""
+
+    name = "test"
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+
+    def run(self, spec):
+        self.blocked_in_an_uninterruptible_call()
+
+    def blocked_in_an_uninterruptible_call(self):
+        self.release.wait(30)
+
+    def _stop(self):
+        pass
+
+
+def test_a_run_that_ignores_its_stop_is_given_up_and_the_log_says_where_it_is_stuck(tmp_path, monkeypatch, caplog):
+    import airflow_kafka_backpressure.engines as engines
+
+    monkeypatch.setattr(engines, "STOP_GRACE_S", 0.3)
+    engine = _Stuck()
+    try:
+        with caplog.at_level("ERROR", logger="airflow_kafka_backpressure.engines"):
+            with pytest.raises(BatchStopped, match="timed out after 0.2 s"):
+                supervise(engine, _spec(tmp_path), timeout_s=0.2, poll_s=0.05)
+    finally:
+        engine.release.set()
+    (record,) = [r for r in caplog.records if "giving up" in r.getMessage()]
+    assert "blocked_in_an_uninterruptible_call" in record.getMessage()
+
+
 def test_supervise_stops_the_run_when_the_task_loses_its_supervisor(tmp_path):
     spec = _spec(tmp_path)
     engine = _Sleeper()
@@ -299,3 +333,13 @@ def test_an_unreachable_connect_server_fails_the_batch_at_once_naming_the_connec
         listening.bind(("127.0.0.1", 0))
         listening.listen(1)
         assert server_unreachable(f"sc://127.0.0.1:{listening.getsockname()[1]}") is None
+
+
+def test_the_launcher_watch_reads_parents_from_proc_and_ignores_a_missing_or_bad_pid():
+    from airflow_kafka_backpressure.spark.launcher_watch import launcher_pid, parent_of
+
+    assert parent_of(os.getpid()) == os.getppid()
+    assert parent_of(2**22 + 12345) is None  # above Linux's pid_max: no such process
+    assert launcher_pid({"KBP_LAUNCHER_PID": "4242"}) == 4242
+    assert launcher_pid({}) is None and launcher_pid({"KBP_LAUNCHER_PID": "x"}) is None
+    assert launcher_pid({"KBP_LAUNCHER_PID": "1"}) is None  # init: a re-parented JVM, not a launcher
