@@ -81,6 +81,8 @@ class KafkaOffsets:
         from kafka import KafkaConsumer
         from kafka.errors import KafkaError
 
+        from .kafka_clients import new_client
+
         settings = {
             **self.config,
             "request_timeout_ms": max(self.timeout_ms, 1000),
@@ -90,8 +92,9 @@ class KafkaOffsets:
         try:
             return self._bounded(
                 what,
-                lambda: KafkaConsumer(
-                    **settings, group_id=group_id, enable_auto_commit=False, allow_auto_create_topics=False
+                lambda: new_client(
+                    KafkaConsumer, **settings, group_id=group_id, enable_auto_commit=False,
+                    allow_auto_create_topics=False,
                 ),
             )
         except KafkaUnavailableError:

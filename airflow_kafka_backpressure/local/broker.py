@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from ..kafka_clients import new_client
+
 
 class BrokerError(RuntimeError):
     pass
@@ -41,7 +43,8 @@ def metadata_ok(bootstrap: str, timeout_s: float = 2.0) -> bool:
     from kafka import KafkaAdminClient
 
     try:
-        admin = KafkaAdminClient(
+        admin = new_client(
+            KafkaAdminClient,
             bootstrap_servers=bootstrap,
             request_timeout_ms=int(timeout_s * 1000),
             bootstrap_timeout_ms=int(timeout_s * 1000),

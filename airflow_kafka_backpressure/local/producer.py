@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ..kafka_clients import new_client
+
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int, client_config: dict[str, Any] | None = None) -> bool:
     """Create ``topic`` with ``partitions`` partitions unless it exists. True when it was created."""
@@ -20,7 +22,7 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int, client_config: dic
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kbp-demo-admin", **(client_config or {}))
+    admin = new_client(KafkaAdminClient, bootstrap_servers=bootstrap, client_id="kbp-demo-admin", **(client_config or {}))
     try:
         if topic in admin.list_topics():
             return False
@@ -66,7 +68,8 @@ def produce(
     number sent."""
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(
+    producer = new_client(
+        KafkaProducer,
         bootstrap_servers=bootstrap,
         batch_size=1,
         linger_ms=0,

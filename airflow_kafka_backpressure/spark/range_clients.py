@@ -357,10 +357,12 @@ class KafkaPythonFetcher:
     def __init__(self, r: OffsetRange, kafka_props: dict[str, Any], *, source: str) -> None:
         from kafka import KafkaConsumer, TopicPartition
 
+        from airflow_kafka_backpressure.kafka_clients import new_client
+
         cfg = kafka_python_consumer_config(kafka_props, source=source)
         self._range = r
         try:
-            self._consumer = KafkaConsumer(**cfg)
+            self._consumer = new_client(KafkaConsumer, **cfg)
         except Exception as e:
             raise KafkaRangeReadError(
                 f"cannot connect to Kafka at {cfg.get('bootstrap_servers')!r} to read {r}: "

@@ -85,7 +85,12 @@ CALLS: dict[str, Callable[[KafkaOffsets], Any]] = {
 def test_every_broker_call_fails_clearly_when_the_broker_is_frozen(frozen_broker):
     clients = {name: warm_client(frozen_broker) for name in CALLS}
     os.kill(frozen_broker.pid, signal.SIGSTOP)
-    results = {name: outcome(lambda n=name: CALLS[n](clients[n])) for name in CALLS}
+    try:
+        results = {name: outcome(lambda n=name: CALLS[n](clients[n])) for name in CALLS}
+    finally:
+        os.kill(frozen_broker.pid, signal.SIGCONT)
+        for kafka in clients.values():  # their network threads would retry the stopped broker for ever
+            kafka.close()
     for name, result in results.items():
         assert isinstance(result, KafkaUnavailableError), (name, result)
         message = str(result)
@@ -107,5 +112,6 @@ def test_commit_progress_of_record_and_replay_fails_clearly_when_the_broker_is_f
     assert "group 'kbp-frozen'" in str(result) and frozen_broker.bootstrap in str(result)
     # the broker comes back: the same pipeline commits (the stuck client was discarded)
     os.kill(frozen_broker.pid, signal.SIGCONT)
+    kafka.close()
     with KafkaOffsets({"bootstrap.servers": frozen_broker.bootstrap}, timeout_s=10) as fresh:
         assert commit_progress(p, ledger, fresh) == {str(TP): 5}
