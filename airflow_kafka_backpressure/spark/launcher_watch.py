@@ -8,9 +8,12 @@ resources — and would be re-parented to init.
 
 Why not ``prctl(PR_SET_PDEATHSIG)`` in the child: that needs ``preexec_fn``, which makes
 ``subprocess`` fork the whole (multi-threaded) task process and run Python code between fork and
-exec; Python documents that this can deadlock, and a launch that hangs before ``spark-submit`` even
-runs cannot be stopped by looking for its process. Watching from the driver keeps the launch a plain
-``vfork``/``exec``.
+exec; Python documents that this can deadlock. It also runs every ``pthread_atfork`` handler: in a
+process that has used a Spark Connect client (the connect engine; gRPC), each such launch runs
+gRPC's fork handlers (measured here: every launch logs gRPC's ``fork_posix.cc``; without
+``preexec_fn`` none does), and ``subprocess.Popen`` hanging there is a known gRPC bug
+(grpc/grpc#37259, #17986). A launch that hangs before ``spark-submit`` runs cannot be stopped by
+looking for its process. Watching from the driver keeps the launch a plain ``vfork``/``exec``.
 
 How: the engine passes the task process's PID in :data:`LAUNCHER_PID_ENV`. If that PID is the parent
 of this process's parent (the JVM), a daemon thread checks every ``interval_s`` that it still is;
