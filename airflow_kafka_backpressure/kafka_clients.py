@@ -20,8 +20,6 @@ T = TypeVar("T")
 def new_client(cls: type[T], *args: Any, **config: Any) -> T:
     """``cls(*args, **config)`` — a kafka-python ``KafkaConsumer``, ``KafkaProducer`` or
     ``KafkaAdminClient`` — whose network client is closed if the constructor raises."""
-    if "kafka_client" in config:  # the caller's own network client: theirs to manage
-        return cls(*args, **config)
     try:
         from kafka.net.compat import KafkaNetClient
     except ImportError:  # kafka-python 2: no background network thread to leak

@@ -60,16 +60,6 @@ def launcher_pid(environ: dict[str, str] | None = None) -> int | None:
     return pid if pid > 1 else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return parent_of(pid) is not None  # a zombie still answers kill(0); /proc/<pid>/stat too, so be it
-
-
 def stop_jvm(jvm: int, grace_s: float) -> None:
     """SIGTERM ``jvm``, then SIGKILL it if it is still there after ``grace_s``."""
     try:
@@ -78,7 +68,7 @@ def stop_jvm(jvm: int, grace_s: float) -> None:
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not _alive(jvm):
+        if parent_of(jvm) is None:  # gone
             return
         time.sleep(0.2)
     try:
