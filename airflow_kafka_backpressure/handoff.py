@@ -34,6 +34,9 @@ SPEC_KEY_ENV = "KBP_SPEC_KEY"
 #: Environment variable that carries the PID of the process that ran ``spark-submit`` (client mode):
 #: the driver ends its application when that process is gone (:mod:`.spark.launcher_watch`).
 LAUNCHER_PID_ENV = "KBP_LAUNCHER_PID"
+#: Environment variable that carries the attempt's local scratch directory (client mode): a driver
+#: whose launcher died removes it, with the hand-off directory, once its JVM is gone.
+SCRATCH_DIR_ENV = "KBP_SCRATCH_DIR"
 
 
 class HandoffError(RuntimeError):

@@ -14,8 +14,9 @@ Stopping (timeout, ``on_kill``, the task's supervisor gone): the spark-submit pr
 started and everything under it get SIGTERM (the JVM's shutdown hooks clean its temporary
 directories), then SIGKILL; the provider hook's ``on_kill`` kills a cluster-mode application on
 YARN or Kubernetes. When the task process dies without stopping anything (SIGKILL), a client-mode
-driver notices and ends its application (:mod:`airflow_kafka_backpressure.spark.launcher_watch`;
-its PID travels in the driver's environment). ``spark-submit`` is started without ``preexec_fn``:
+driver notices, ends its application and removes the attempt's hand-off and scratch directories
+(:mod:`airflow_kafka_backpressure.spark.launcher_watch`; the PID and the scratch directory travel in
+the driver's environment). ``spark-submit`` is started without ``preexec_fn``:
 that would fork the whole multi-threaded task process and run Python before exec, which can hang.
 
 No Airflow imports: the caller passes a factory for the provider's hook.
@@ -225,7 +226,9 @@ class SubmitEngine(Engine):
             env = {handoff.SPEC_KEY_ENV: key}
             if not self.cluster_mode:
                 # the driver runs under this process: it ends the application if this process dies
-                env = spark_submit_env(work, {**env, handoff.LAUNCHER_PID_ENV: str(os.getpid())}, local_only=local_only)
+                # (and removes this attempt's hand-off and scratch directories, which this process no longer can)
+                env = {**env, handoff.LAUNCHER_PID_ENV: str(os.getpid()), handoff.SCRATCH_DIR_ENV: str(work)}
+                env = spark_submit_env(work, env, local_only=local_only)
             hook = self.make_hook(
                 conf=conf,
                 properties_file=write_properties_file(work / "secret.properties", secret) if secret else None,

@@ -441,16 +441,21 @@ def _report_error(message: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from airflow_kafka_backpressure import handoff
-    from airflow_kafka_backpressure.spark.launcher_watch import watch_launcher
+    from airflow_kafka_backpressure.spark.launcher_watch import remove_attempt_files, watch_launcher
     from airflow_kafka_backpressure.storage import StorageError, location
 
     parser = argparse.ArgumentParser(description="Run one bounded Kafka micro-batch on Spark.")
     parser.add_argument("--spec", required=True, help="URI of the JobSpec JSON in the hand-off directory")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    watch_launcher()  # the batch ends with the Airflow task process that launched it
     try:
         job_dir = location(args.spec).parent
+    except StorageError as e:
+        _report_error(str(e))
+        return 2
+    # the batch ends with the Airflow task process that launched it, and leaves no files behind
+    watch_launcher(cleanup=lambda: remove_attempt_files(job_dir))
+    try:
         spec = handoff.take_spec(args.spec, os.environ.get(handoff.SPEC_KEY_ENV))
     except (handoff.HandoffError, StorageError) as e:
         _report_error(str(e))

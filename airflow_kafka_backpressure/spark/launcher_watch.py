@@ -19,7 +19,10 @@ How: the engine passes the task process's PID in :data:`LAUNCHER_PID_ENV`. If th
 of this process's parent (the JVM), a daemon thread checks every ``interval_s`` that it still is;
 once it is not (the task process died and the JVM was re-parented), the JVM gets SIGTERM (its
 shutdown hooks stop the SparkContext, its Python workers and remove its temporary directories),
-SIGKILL after ``grace_s`` if it is still there, and this process exits. In cluster mode the driver
+SIGKILL after ``grace_s`` if it is still there; once it is gone, the caller's ``cleanup`` runs (the
+job removes the attempt's hand-off directory and local scratch directory: nobody else will, and the
+scratch directory may hold the private properties file of secret Spark settings), and this process
+exits. In cluster mode the driver
 runs elsewhere: the PID does not match and nothing is watched. Linux only (``/proc``); elsewhere
 nothing is watched and only the engine's explicit stop applies.
 """
@@ -31,14 +34,16 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 
-from airflow_kafka_backpressure.handoff import LAUNCHER_PID_ENV
+from airflow_kafka_backpressure.handoff import LAUNCHER_PID_ENV, SCRATCH_DIR_ENV
+from airflow_kafka_backpressure.storage import Location
 
 log = logging.getLogger(__name__)
 
 
-def parent_of(pid: int) -> int | None:
-    """The parent PID of ``pid`` from ``/proc`` (None if the process is gone or there is no /proc)."""
+def _stat(pid: int) -> tuple[str, int] | None:
+    """``(state, parent PID)`` of ``pid`` from ``/proc`` (None if it is gone or there is no /proc)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             stat = f.read()
@@ -46,9 +51,22 @@ def parent_of(pid: int) -> int | None:
         return None
     # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")"
     try:
-        return int(stat[stat.rindex(")") + 2 :].split()[1])
+        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+        return state, int(ppid)
     except (ValueError, IndexError):
         return None
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent PID of ``pid`` (None if the process is gone or there is no /proc)."""
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
+def has_ended(pid: int) -> bool:
+    """Gone, or a zombie (ended; its new parent has not reaped it yet)."""
+    stat = _stat(pid)
+    return stat is None or stat[0] in ("Z", "X")
 
 
 def launcher_pid(environ: dict[str, str] | None = None) -> int | None:
@@ -60,25 +78,52 @@ def launcher_pid(environ: dict[str, str] | None = None) -> int | None:
     return pid if pid > 1 else None
 
 
-def stop_jvm(jvm: int, grace_s: float) -> None:
-    """SIGTERM ``jvm``, then SIGKILL it if it is still there after ``grace_s``."""
-    try:
-        os.kill(jvm, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if parent_of(jvm) is None:  # gone
-            return
+def _wait_ended(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not has_ended(pid):
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.2)
-    try:
-        os.kill(jvm, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    return True
 
 
-def watch_launcher(interval_s: float = 1.0, grace_s: float = 15.0) -> threading.Thread | None:
-    """Start the watch (see the module's doc); returns its thread, or None when nothing is watched."""
+def remove_attempt_files(job_dir: Location, environ: dict[str, str] | None = None) -> None:
+    """Delete the attempt's hand-off directory and the local scratch directory named in
+    :data:`SCRATCH_DIR_ENV`. The scratch directory is removed only if it is named after the same
+    attempt as the hand-off directory (both are), so a stray variable cannot point this at
+    anything else."""
+    import shutil
+    from pathlib import Path
+
+    job_dir.delete()
+    scratch = (os.environ if environ is None else environ).get(SCRATCH_DIR_ENV, "")
+    if not scratch:
+        return
+    path = Path(scratch)
+    if path.is_absolute() and path.name == job_dir.name:
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        log.warning("not removing %s: it is not this attempt's scratch directory (%s)", scratch, job_dir.name)
+
+
+def stop_jvm(jvm: int, grace_s: float) -> bool:
+    """SIGTERM ``jvm``, then SIGKILL it if it is still there after ``grace_s``; True once it has ended."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.kill(jvm, sig)
+        except ProcessLookupError:
+            return True
+        if _wait_ended(jvm, wait_s):
+            return True
+    return False
+
+
+def watch_launcher(
+    cleanup: Callable[[], None] | None = None, interval_s: float = 1.0, grace_s: float = 15.0
+) -> threading.Thread | None:
+    """Start the watch (see the module's doc); returns its thread, or None when nothing is watched.
+
+    ``cleanup`` runs once the JVM has ended (not if it could not be stopped)."""
     launcher = launcher_pid()
     if launcher is None:
         return None
@@ -96,7 +141,14 @@ def watch_launcher(interval_s: float = 1.0, grace_s: float = 15.0) -> threading.
                 "the Airflow task process that launched this batch (pid %s) is gone: stopping this Spark "
                 "application (driver JVM pid %s)", launcher, jvm,
             )
-            stop_jvm(jvm, grace_s)
+            if stop_jvm(jvm, grace_s):
+                if cleanup is not None:
+                    try:
+                        cleanup()
+                    except Exception:  # noqa: BLE001 - exiting anyway; say what is left
+                        log.exception("could not remove what the batch left behind")
+            else:
+                log.error("the driver JVM (pid %s) did not end after SIGKILL; leaving its files in place", jvm)
             os._exit(1)
 
     thread = threading.Thread(target=run, name="kbp-launcher-watch", daemon=True)

@@ -262,7 +262,9 @@ SparkBatchHook.for_pipeline(p).run(BatchPlan.from_dict(json.loads(sys.argv[2])),
 @pytest.mark.parametrize("make_pipeline", ["submit"], indirect=True)
 def test_a_task_process_killed_outright_takes_its_spark_application_with_it(engine_setup, kafka_broker):
     """SIGKILL leaves the task process no chance to stop anything: the driver notices that its
-    launcher is gone and ends the application (JVM, driver, Python workers) by itself."""
+    launcher is gone, ends the application (JVM, driver, Python workers) by itself and removes the
+    attempt's hand-off directory and local scratch directory (with the private properties file of
+    secret Spark settings)."""
     import json
     import subprocess
     import sys
@@ -270,7 +272,9 @@ def test_a_task_process_killed_outright_takes_its_spark_application_with_it(engi
     from airflow_kafka_backpressure.models import OffsetRange
 
     _, _, make, flag = engine_setup
-    p, ledger = make(name="orphan_submit", transform=HOLD)
+    p, ledger = make(
+        name="orphan_submit", transform=HOLD, spark_conf={"spark.hadoop.fs.s3a.secret.key": "test-only-not-a-secret"}
+    )
     ledger.upgrade()
     produce(kafka_broker.bootstrap, p.topics[0], count=40, partitions=4)
     plan = ledger.record_plan(
@@ -288,10 +292,15 @@ def test_a_task_process_killed_outright_takes_its_spark_application_with_it(engi
         assert held, "the batch's UDF never started: the batch was not held running"
         started = psutil.Process(task.pid).children(recursive=True)
         assert any("SparkSubmit" in " ".join(c.cmdline()) for c in started), [c.cmdline()[:3] for c in started]
+        jobs = Path(p.sink) / "_kbp" / "jobs"
+        [scratch] = [d for d in (work_root() / "work").iterdir() if d.name.startswith(f"{p.name}-batch-1-")]
+        assert (scratch / "secret.properties").exists() and (jobs / scratch.name).is_dir()
         task.kill()
         task.wait()
         left = still_running([*started, *(psutil.Process(pid) for pid in held if psutil.pid_exists(pid))])
         assert not left, f"the batch's processes outlived the task process that started them: {left}"
+        assert not scratch.exists(), sorted(str(f) for f in scratch.rglob("*"))
+        assert not any(jobs.iterdir()), list(jobs.iterdir())
     finally:
         flag.unlink(missing_ok=True)
         if task.poll() is None:

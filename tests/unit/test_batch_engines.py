@@ -343,3 +343,48 @@ def test_the_launcher_watch_reads_parents_from_proc_and_ignores_a_missing_or_bad
     assert launcher_pid({"KBP_LAUNCHER_PID": "4242"}) == 4242
     assert launcher_pid({}) is None and launcher_pid({"KBP_LAUNCHER_PID": "x"}) is None
     assert launcher_pid({"KBP_LAUNCHER_PID": "1"}) is None  # init: a re-parented JVM, not a launcher
+
+
+def test_stopping_the_jvm_ends_a_process_that_ignores_sigterm_and_counts_a_zombie_as_ended():
+    import subprocess
+    import sys
+
+    from airflow_kafka_backpressure.spark.launcher_watch import has_ended, stop_jvm
+
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        stubborn.stdout.readline()  # its SIGTERM handler is in place
+        assert not has_ended(stubborn.pid)
+        assert stop_jvm(stubborn.pid, grace_s=0.5) is True
+        # not reaped yet (this test is its parent and has not waited): a zombie has ended all the same
+        assert has_ended(stubborn.pid)
+        assert stubborn.wait(5) == -9
+    finally:
+        if stubborn.poll() is None:
+            stubborn.kill()
+            stubborn.wait()
+    assert has_ended(2**22 + 12345)
+
+
+def test_a_driver_whose_launcher_died_removes_the_attempts_handoff_and_scratch_directories_only(tmp_path):
+    from airflow_kafka_backpressure.spark.launcher_watch import remove_attempt_files
+
+    attempt = "p-batch-3-abc123"
+    job = handoff.job_dir(str(tmp_path / "sink"), attempt)
+    job.child("error.json").write_bytes(b"{}")
+    scratch = tmp_path / "work" / attempt
+    (scratch / "spark-local").mkdir(parents=True)
+    (scratch / "secret.properties").write_text("spark.hadoop.fs.s3a.secret.key=x\n")
+    other = tmp_path / "work" / "p-batch-4-def456"
+    other.mkdir()
+
+    remove_attempt_files(job, {handoff.SCRATCH_DIR_ENV: str(other)})  # not this attempt's: kept
+    assert not job.exists() and other.exists() and scratch.exists()
+    remove_attempt_files(job, {handoff.SCRATCH_DIR_ENV: attempt})  # relative: kept
+    assert scratch.exists()
+    remove_attempt_files(job, {handoff.SCRATCH_DIR_ENV: str(scratch)})
+    assert not scratch.exists() and other.exists()
+    remove_attempt_files(job, {})  # nothing left, nothing named: no error
