@@ -40,10 +40,14 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_backpressure.kafka_config import KafkaConfigError, to_kafka_python, to_spark_kafka_options
 from airflow_kafka_backpressure.models import BatchMetrics, JobSpec, OffsetRange, PartitionCount, TopicPartition
+
+if TYPE_CHECKING:
+    from airflow_kafka_backpressure.spark.launcher_watch import LauncherWatch
+    from airflow_kafka_backpressure.storage import Location
 
 log = logging.getLogger("airflow_kafka_backpressure.spark.job")
 
@@ -440,7 +444,6 @@ def _report_error(message: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from airflow_kafka_backpressure import handoff
     from airflow_kafka_backpressure.spark.launcher_watch import remove_attempt_files, watch_launcher
     from airflow_kafka_backpressure.storage import StorageError, location
 
@@ -454,9 +457,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         _report_error(str(e))
         return 2
     # the batch ends with the Airflow task process that launched it, and leaves no files behind
-    watch_launcher(cleanup=lambda: remove_attempt_files(job_dir))
+    watch = watch_launcher(cleanup=lambda: remove_attempt_files(job_dir))
     try:
-        spec = handoff.take_spec(args.spec, os.environ.get(handoff.SPEC_KEY_ENV))
+        return _run(args.spec, job_dir, watch)
+    finally:
+        watch.settle()
+
+
+def _run(spec_uri: str, job_dir: Location, watch: LauncherWatch) -> int:
+    from airflow_kafka_backpressure import handoff
+    from airflow_kafka_backpressure.storage import StorageError
+
+    try:
+        spec = handoff.take_spec(spec_uri, os.environ.get(handoff.SPEC_KEY_ENV))
     except (handoff.HandoffError, StorageError) as e:
         _report_error(str(e))
         return 2
@@ -464,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def fail(message: str) -> int:
         _report_error(message)
         try:
-            handoff.write_error(job_dir, message)
+            watch.hand_back(lambda: handoff.write_error(job_dir, message))
         except StorageError as e:
             _report_error(f"(and the error could not be handed back: {e})")
         return 1
@@ -480,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = SparkSession.builder.appName(f"kbp-{plan.pipeline}-batch-{plan.batch_id}").getOrCreate()
     try:
         metrics = run_batch(spark, spec)
-        handoff.write_metrics(job_dir, metrics)
+        watch.hand_back(lambda: handoff.write_metrics(job_dir, metrics))
         print(METRICS_PREFIX + json.dumps(metrics.to_dict(), sort_keys=True), flush=True)
         return 0
     except JobError as e:

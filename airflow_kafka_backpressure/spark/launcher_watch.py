@@ -118,25 +118,63 @@ def stop_jvm(jvm: int, grace_s: float) -> bool:
     return False
 
 
+class LauncherWatch:
+    """The driver's side of the watch: hand-offs to the launcher go through :meth:`hand_back`, and
+    the driver ends with :meth:`settle`.
+
+    Once the watch has found the launcher gone it owns the end of this process: the driver's main
+    thread, failing because its JVM was stopped, must neither write a result for a launcher that is
+    gone (it would re-create the hand-off directory the cleanup removes) nor exit before the cleanup
+    has run (the interpreter would end the watch's daemon thread with it)."""
+
+    def __init__(self, thread: threading.Thread | None = None) -> None:
+        self.thread = thread
+        self._lock = threading.Lock()
+        self._orphaned = False
+
+    @property
+    def orphaned(self) -> bool:
+        return self._orphaned
+
+    def _set_orphaned(self) -> None:
+        with self._lock:  # waits for a hand-off in progress: the cleanup comes after it
+            self._orphaned = True
+
+    def hand_back(self, write: Callable[[], None]) -> bool:
+        """Run ``write`` (a result for the launcher) unless the launcher is gone; True if it ran."""
+        with self._lock:
+            if self._orphaned:
+                return False
+            write()
+            return True
+
+    def settle(self) -> None:
+        """Wait for the watch to finish its work (it then exits the process) if it found the launcher gone."""
+        if self._orphaned and self.thread is not None:
+            self.thread.join()
+
+
 def watch_launcher(
     cleanup: Callable[[], None] | None = None, interval_s: float = 1.0, grace_s: float = 15.0
-) -> threading.Thread | None:
-    """Start the watch (see the module's doc); returns its thread, or None when nothing is watched.
+) -> LauncherWatch:
+    """Start the watch (see the module's doc); its ``thread`` is None when nothing is watched.
 
     ``cleanup`` runs once the JVM has ended (not if it could not be stopped)."""
     launcher = launcher_pid()
     if launcher is None:
-        return None
+        return LauncherWatch()
     jvm = os.getppid()
     if parent_of(jvm) != launcher:
         log.info("not watching the launcher: pid %s is not the parent of this driver's JVM (pid %s)", launcher, jvm)
-        return None
+        return LauncherWatch()
+    watch = LauncherWatch()
 
     def run() -> None:
         while True:
             time.sleep(interval_s)
             if parent_of(jvm) == launcher:
                 continue
+            watch._set_orphaned()
             log.error(
                 "the Airflow task process that launched this batch (pid %s) is gone: stopping this Spark "
                 "application (driver JVM pid %s)", launcher, jvm,
@@ -151,6 +189,6 @@ def watch_launcher(
                 log.error("the driver JVM (pid %s) did not end after SIGKILL; leaving its files in place", jvm)
             os._exit(1)
 
-    thread = threading.Thread(target=run, name="kbp-launcher-watch", daemon=True)
-    thread.start()
-    return thread
+    watch.thread = threading.Thread(target=run, name="kbp-launcher-watch", daemon=True)
+    watch.thread.start()
+    return watch

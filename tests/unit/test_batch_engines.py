@@ -388,3 +388,25 @@ def test_a_driver_whose_launcher_died_removes_the_attempts_handoff_and_scratch_d
     remove_attempt_files(job, {handoff.SCRATCH_DIR_ENV: str(scratch)})
     assert not scratch.exists() and other.exists()
     remove_attempt_files(job, {})  # nothing left, nothing named: no error
+
+
+def test_once_the_launcher_is_gone_the_driver_hands_nothing_back_and_waits_for_the_watch():
+    from airflow_kafka_backpressure.spark.launcher_watch import LauncherWatch
+
+    ended = threading.Event()
+    watch = LauncherWatch(threading.Thread(target=ended.wait))
+    written: list[str] = []
+    assert watch.hand_back(lambda: written.append("metrics")) is True
+    watch.settle()  # launcher still there: returns at once
+    watch._set_orphaned()
+    assert watch.orphaned and watch.hand_back(lambda: written.append("error")) is False
+    assert written == ["metrics"]
+    watch.thread.start()
+    settled = threading.Thread(target=watch.settle)
+    settled.start()
+    settled.join(0.5)
+    assert settled.is_alive()  # the driver does not exit before the watch has done its work
+    ended.set()
+    settled.join(5)
+    assert not settled.is_alive()
+    LauncherWatch().settle()  # nothing watched: nothing to wait for
