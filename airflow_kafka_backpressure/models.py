@@ -11,6 +11,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+#: How a batch's data is written (``options["writer"]``): ``spark`` — Spark's Parquet writer, after
+#: the transform if any; ``arrow`` — each reading task writes its range with pyarrow, no transform
+#: (:mod:`.spark.arrow_writer`).
+WRITERS = ("spark", "arrow")
+DEFAULT_WRITER = "spark"
+
 
 class TopicPartition(NamedTuple):
     topic: str
@@ -247,8 +253,9 @@ class JobSpec:
     credentials. ``token`` names this attempt (its staging directory in the sink). ``min_partitions``
     is the read parallelism asked for (input partitions; large ranges are split to reach it).
     ``options``: ``max_records_per_batch`` (rows per Arrow batch of the Python reader),
-    ``parquet_compression``, ``parquet_plain_columns`` (columns written without dictionary
-    encoding; default ``spark.sink.PLAIN_COLUMNS``), and reader options passed through as they are.
+    ``writer`` (:data:`WRITERS`), ``parquet_compression``, ``parquet_plain_columns`` (columns
+    written without dictionary encoding; default ``spark.sink.PLAIN_COLUMNS``), and reader options
+    passed through as they are.
     """
 
     plan: BatchPlan

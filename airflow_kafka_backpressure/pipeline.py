@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .control.allocation import ON_DATA_LOSS, STARTING_OFFSETS
+from .models import DEFAULT_WRITER, WRITERS
 from .storage import is_absolute_location
 
 #: Environment variable naming the pipelines file (JSON: a list, or {"pipelines": [...]}).
@@ -53,7 +54,7 @@ class PipelineConfig:
     spark_conf: dict[str, str] = field(default_factory=dict)
     stall_timeout_s: float = 120.0
     batch_timeout_s: float | None = None  # a batch's Spark work is stopped after this; default below
-    reader_options: dict[str, Any] = field(default_factory=dict)  # extra options of the Kafka range reader
+    reader_options: dict[str, Any] = field(default_factory=dict)  # reader and sink options (client, writer, parquet_*)
     replay_interval_s: float | None = None  # how often the replay DAG looks; default 5 x batch interval
     stale_after_s: float | None = None  # a batch planned/running this long is replayable; None: DEFAULT_STALE_AFTER_S
     lease_s: float | None = None  # a running batch whose worker showed no sign of life this long is replayable; default 120
@@ -98,6 +99,15 @@ class PipelineConfig:
             raise bad("reader", self.reader, "one of auto, python, native")
         if self.transform is not None and ":" not in self.transform:
             raise bad("transform", self.transform, "use 'package.module:function'")
+        writer = self.reader_options.get("writer") or DEFAULT_WRITER
+        if writer not in WRITERS:
+            raise bad("reader_options.writer", writer, f"one of {', '.join(WRITERS)}")
+        if writer == "arrow" and (self.transform is not None or self.reader == "native"):
+            raise bad(
+                "reader_options.writer", writer,
+                "writer 'arrow' writes the raw records the Python reader read: remove the transform and use "
+                "reader 'auto' or 'python', or use writer 'spark'",
+            )
         if self.executor_cores < 1:
             raise bad("executor_cores", self.executor_cores, "must be >= 1")
 

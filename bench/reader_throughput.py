@@ -20,7 +20,10 @@ reads the same ranges several ways and prints records/s and the ratio to the fir
   the line below it uses Spark's defaults (a dictionary tried on every column);
 * ``job read + parquet`` — the whole batch: ``spark.job.run_batch(spark, spec)`` (bounds check,
   read with ``client=auto``, counting, the sink's fence, Spark's Parquet writer, commit, manifest
-  read-back), a new fenced attempt at the same batch each time.
+  read-back), a new fenced attempt at the same batch each time;
+* ``job read + parquet, writer=arrow`` — the same batch with ``writer: "arrow"``: each task writes
+  the range it read with pyarrow (:mod:`airflow_kafka_backpressure.spark.arrow_writer`), the
+  records never enter the JVM.
 
 The issue's goal: ``job read + parquet`` >= 0.8x ``confluent consumer``. ``--repeat N`` runs every
 line N times and keeps the best (other processes on a shared machine only ever slow a run down);
@@ -321,10 +324,10 @@ def spark_reads(
 
     attempts = itertools.count(1)
 
-    def job() -> int:  # a new attempt each time (fenced, as in production): it replaces the same batch
+    def job(writer: str) -> int:  # a new attempt each time (fenced, as in production): it replaces the same batch
         spec = JobSpec(
-            plan=plan, kafka=props, launched_at_ms=0, min_partitions=tuning.get("min_partitions"), options=options,
-            attempt=next(attempts),
+            plan=plan, kafka=props, launched_at_ms=0, min_partitions=tuning.get("min_partitions"),
+            options={**options, "writer": writer}, attempt=next(attempts),
         )
         return run_batch(spark, spec).records
 
@@ -340,7 +343,8 @@ def spark_reads(
 
     warm.append(("data source confluent -> parquet", lambda: data_source_parquet(None)))
     warm.append(("  the same, Spark's Parquet defaults", lambda: data_source_parquet(())))
-    warm.append(("job read + parquet", job))
+    warm.append(("job read + parquet", lambda: job("spark")))
+    warm.append(("job read + parquet, writer=arrow", lambda: job("arrow")))
     return ("data source confluent (first query)", lambda: data_source("confluent")), warm
 
 

@@ -222,14 +222,31 @@ def native_options(spec: JobSpec) -> dict[str, str]:
     return opts
 
 
+def reader_settings(spec: JobSpec) -> dict[str, Any]:
+    """The Python reader's settings for ``spec`` (keyword arguments of
+    :func:`.kafka_range_source.range_source_options` and :func:`.arrow_writer.write_ranges`)."""
+    from airflow_kafka_backpressure.spark.kafka_range_source import (
+        DEFAULT_CLIENT,
+        DEFAULT_MAX_RECORDS_PER_BATCH,
+        DEFAULT_MAX_RECORDS_PER_PARTITION,
+    )
+
+    o = spec.options
+    return {
+        "client": str(o.get("client", DEFAULT_CLIENT)),
+        "min_partitions": spec.min_partitions,
+        "max_records_per_partition": int(o.get("max_records_per_partition", DEFAULT_MAX_RECORDS_PER_PARTITION)),
+        "poll_timeout_ms": spec.poll_timeout_ms,
+        "stall_timeout_s": spec.stall_timeout_s,
+        "max_records_per_batch": int(o.get("max_records_per_batch", DEFAULT_MAX_RECORDS_PER_BATCH)),
+    }
+
+
 def read_ranges(spark: Any, spec: JobSpec, reader: str, *, read_records_dir: str | None = None) -> Any:
     """The batch's records as a DataFrame with the Kafka source schema (lazy). With
     ``read_records_dir`` the Python reader leaves a completion record per input partition there."""
     from airflow_kafka_backpressure.spark import registry
     from airflow_kafka_backpressure.spark.kafka_range_source import (
-        DEFAULT_CLIENT,
-        DEFAULT_MAX_RECORDS_PER_BATCH,
-        DEFAULT_MAX_RECORDS_PER_PARTITION,
         KAFKA_SCHEMA,
         KafkaRangeDataSource,
         range_source_options,
@@ -240,18 +257,7 @@ def read_ranges(spark: Any, spec: JobSpec, reader: str, *, read_records_dir: str
     if reader == "native":
         return spark.read.format("kafka").options(**native_options(spec)).load()
     registry.register(spark, KafkaRangeDataSource)
-    o = spec.options
-    opts = range_source_options(
-        spec.plan.ranges,
-        spec.kafka,
-        client=str(o.get("client", DEFAULT_CLIENT)),
-        min_partitions=spec.min_partitions,
-        max_records_per_partition=int(o.get("max_records_per_partition", DEFAULT_MAX_RECORDS_PER_PARTITION)),
-        poll_timeout_ms=spec.poll_timeout_ms,
-        stall_timeout_s=spec.stall_timeout_s,
-        max_records_per_batch=int(o.get("max_records_per_batch", DEFAULT_MAX_RECORDS_PER_BATCH)),
-        read_records_dir=read_records_dir,
-    )
+    opts = range_source_options(spec.plan.ranges, spec.kafka, read_records_dir=read_records_dir, **reader_settings(spec))
     return spark.read.format(KafkaRangeDataSource.name()).options(**opts).load()
 
 
@@ -338,6 +344,38 @@ def _spark_failure(e: Exception) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(e).__name__
 
 
+def batch_writer(spec: JobSpec) -> str:
+    """The spec's ``writer`` option (:mod:`.arrow_writer`), checked against its reader and transform."""
+    from airflow_kafka_backpressure.models import DEFAULT_WRITER, WRITERS
+
+    writer = str(spec.options.get("writer") or DEFAULT_WRITER)
+    if writer not in WRITERS:
+        raise JobError(f"writer = {writer!r} is invalid: use one of {', '.join(WRITERS)}")
+    if writer == "arrow" and (spec.transform is not None or spec.reader == "native"):
+        raise JobError(
+            "writer 'arrow' writes the raw records the Python reader read: it takes no transform and "
+            f"reader 'python' or 'auto' (got transform={spec.transform!r}, reader={spec.reader!r}); use writer 'spark'"
+        )
+    return writer
+
+
+def write_ranges_with_arrow(spark: Any, spec: JobSpec, staging: str, records_dir: str) -> int:
+    """The batch's data through :func:`.arrow_writer.write_ranges`, with the spec's reader settings."""
+    from airflow_kafka_backpressure.spark.arrow_writer import write_ranges
+
+    return write_ranges(
+        spark,
+        spec.plan.ranges,
+        spec.kafka,
+        staging=staging,
+        records_dir=records_dir,
+        token=spec.token,
+        compression=spec.options.get("parquet_compression"),
+        plain_columns=spec.options.get("parquet_plain_columns"),
+        **reader_settings(spec),
+    )
+
+
 def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     """Run one batch in ``spark`` (a classic session or a Spark Connect session); return its metrics.
 
@@ -352,12 +390,20 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
         if adopted is not None:
             return adopted
     check_bounds(spec)
-    reader = choose_reader(spark, spec.reader)
+    writer = batch_writer(spec)
+    reader = "python" if writer == "arrow" else choose_reader(spark, spec.reader)
     read_started_at_ms = _now_ms()
     records_dir = read_records_dir(plan.sink, plan.batch_id, spec.token) if reader == "python" else None
-    raw = read_ranges(spark, spec, reader, read_records_dir=records_dir)
-    out = apply_transform(raw, spec.transform)
     describe = {"pipeline": plan.pipeline, "run_id": plan.run_id, "reader": reader, "transform": spec.transform}
+    write_data = None
+    if writer == "arrow":  # the tasks read and write: the DataFrame only gives the sink its schema
+        from airflow_kafka_backpressure.spark.kafka_range_source import KAFKA_SCHEMA
+
+        out = spark.createDataFrame([], KAFKA_SCHEMA)
+        describe["writer"] = writer
+        write_data = lambda staging: write_ranges_with_arrow(spark, spec, staging, records_dir or "")  # noqa: E731
+    else:
+        out = apply_transform(read_ranges(spark, spec, reader, read_records_dir=records_dir), spec.transform)
     try:
         manifest = write_batch(
             spark,
@@ -370,6 +416,7 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
             compression=spec.options.get("parquet_compression"),
             attempt=spec.attempt,
             plain_columns=spec.options.get("parquet_plain_columns"),
+            write_data=write_data,
         )
     except SinkError as e:
         raise JobError(str(e)) from e

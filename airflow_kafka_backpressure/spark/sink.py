@@ -9,7 +9,8 @@ three Spark jobs:
    without an attempt number;
 2. *data* — ``df.write.parquet(<staging>)``: Spark's native Parquet writer and its output committer
    (only the files of successful task attempts reach the staging directory), with no Python on the
-   row path;
+   row path; or, with ``writer: "arrow"``, the reading tasks write their files themselves
+   (:mod:`.arrow_writer`: whole files renamed into place, the same commit);
 3. *commit* — an empty write to ``kbp_batch_sink`` whose ``commit`` (which Spark runs on the driver
    side) publishes the staging directory as the batch. If the data job fails, an *abort* write
    removes the staging directory instead (a crash leaves it: a hidden leftover the next commit of the
@@ -78,7 +79,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
@@ -394,14 +395,19 @@ def register(spark: Any) -> None:
 PLAIN_COLUMNS: tuple[str, ...] = ("key", "value", "offset")
 
 
-def plain_column_options(columns: Sequence[str], plain_columns: Sequence[str] | str | None = None) -> dict[str, str]:
-    """Parquet writer options that turn dictionary encoding off for ``plain_columns`` (default
-    :data:`PLAIN_COLUMNS`; a comma-separated string, as a pipeline file may give it) among
-    ``columns``."""
+def plain_columns_among(columns: Sequence[str], plain_columns: Sequence[str] | str | None = None) -> list[str]:
+    """Which of ``columns`` are written without dictionary encoding: ``plain_columns`` (default
+    :data:`PLAIN_COLUMNS`; a comma-separated string, as a pipeline file may give it)."""
     plain = PLAIN_COLUMNS if plain_columns is None else plain_columns
     if isinstance(plain, str):
         plain = [c.strip() for c in plain.split(",")]
-    return {f"parquet.enable.dictionary#{c}": "false" for c in sorted(set(plain) & set(columns))}
+    return sorted(set(plain) & set(columns))
+
+
+def plain_column_options(columns: Sequence[str], plain_columns: Sequence[str] | str | None = None) -> dict[str, str]:
+    """Spark's Parquet writer options that turn dictionary encoding off for the plain columns
+    (:func:`plain_columns_among`)."""
+    return {f"parquet.enable.dictionary#{c}": "false" for c in plain_columns_among(columns, plain_columns)}
 
 
 def write_batch(
@@ -416,12 +422,15 @@ def write_batch(
     compression: str | None = None,
     attempt: int | None = None,
     plain_columns: Sequence[str] | None = None,
+    write_data: Callable[[str], Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``df`` as batch ``batch_id`` of ``sink`` (replacing any previous version whole) and
     return the committed manifest, read back where Spark runs. ``token`` names the attempt (its
     staging directory, where the reader leaves its completion records); default: a fresh one.
     ``plain_columns``: the columns written without dictionary encoding (default
-    :data:`PLAIN_COLUMNS`; names ``df`` lacks are ignored)."""
+    :data:`PLAIN_COLUMNS`; names ``df`` lacks are ignored). ``write_data``: writes the data into
+    the staging URI it is given instead of Spark's Parquet writer (``df`` then gives the schema
+    only; :mod:`.arrow_writer`); the fence and commit are the same."""
     opts = sink_options(
         sink, batch_id, token or uuid.uuid4().hex, ranges, describe or {}, compression=compression, attempt=attempt
     )
@@ -446,9 +455,12 @@ def write_batch(
     # Timestamps as INT64 microseconds (Spark's default, INT96, is deprecated in Parquet).
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     try:
-        df.write.mode("append").option("compression", compression or "snappy").options(
-            **plain_column_options(df.columns, plain_columns)
-        ).parquet(staging_uri(sink, batch_id, token))
+        if write_data is not None:
+            write_data(staging_uri(sink, batch_id, token))
+        else:
+            df.write.mode("append").option("compression", compression or "snappy").options(
+                **plain_column_options(df.columns, plain_columns)
+            ).parquet(staging_uri(sink, batch_id, token))
     except Exception:
         try:
             stage("abort")

@@ -209,3 +209,22 @@ def test_a_broken_state_variable_fails_the_batch_and_the_replay_completes_it(mak
     assert ledger.batch(1).status == "replayed"
     assert sink_ids(p.sink) == Counter(range(60))
     assert sum(committed(kafka_broker.bootstrap, p).values()) == 60
+
+
+def test_the_arrow_writer_ingests_exactly_once_and_a_rerun_rewrites_the_same_batch(make_pipeline, kafka_broker):
+    """``reader_options.writer = "arrow"`` (the reading tasks write the Parquet files) on each engine:
+    over Spark Connect the task function reaches the server's Python workers with the package."""
+    p, ledger = make_pipeline(reader_options={"writer": "arrow", "max_records_per_partition": 10})
+    topic = p.topics[0]
+    produce(kafka_broker.bootstrap, topic, count=80, partitions=4)
+    first = af.run_dag(p.ingest_dag_id, 0)
+    assert first.state == "success", first.task_states
+    produce(kafka_broker.bootstrap, topic, count=40, partitions=4, start_id=80)
+    assert af.run_dag(p.ingest_dag_id, 1).state == "success"
+    assert sink_ids(p.sink) == Counter(range(120))
+    manifest = json.loads((Path(p.sink) / "batch_id=1" / "_manifest.json").read_text())
+    assert manifest["writer"] == "arrow" and len(manifest["files"]) == 8  # 4 partitions x 20 offsets, pieces of 10
+    again = af.run_dag(p.ingest_dag_id, 0)  # a cleared run: same range, rewritten once
+    assert again.state == "success" and ledger.batch(1).attempts == 2
+    assert sink_ids(p.sink) == Counter(range(120))
+    assert sum(committed(kafka_broker.bootstrap, p).values()) == 120

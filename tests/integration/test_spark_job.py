@@ -126,27 +126,35 @@ def sink(tmp_path) -> Path:
 # --------------------------------------------------------------------------- the acceptance flow
 
 
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
 def test_three_batches_and_a_rerun_hold_every_record_exactly_once(
-    spark, spark_submit, kafka_broker, topic4, sink, tmp_path
+    spark, spark_submit, kafka_broker, topic4, sink, tmp_path, writer
 ):
+    """With either writer (``arrow``: the reading tasks write the files, :mod:`.spark.arrow_writer`)."""
     bootstrap, t = kafka_broker.bootstrap, topic4
     produced = produce(bootstrap, t, count=80, partitions=PARTITIONS)  # ids 0..79, 20 per partition
+    # small pieces: a range is read and written by several tasks
+    options = {"writer": writer, "max_records_per_partition": 7}
 
     plans = {
         0: {(t, 0): (0, 10), (t, 1): (0, 5), (t, 2): (0, 0), (t, 3): (0, 12)},
         1: {(t, 0): (10, 20), (t, 1): (5, 20), (t, 2): (0, 15), (t, 3): (12, 12)},
     }
-    specs = {b: make_spec(tmp_path, bootstrap, b, r, sink=sink) for b, r in plans.items()}
+    specs = {b: make_spec(tmp_path, bootstrap, b, r, sink=sink, options=options) for b, r in plans.items()}
     for b in (0, 1):
         assert_metrics_match(run_batch(spark, specs[b]), specs[b])
 
     produced += produce(bootstrap, t, count=80, partitions=PARTITIONS, start_id=80)  # 40 per partition
     plans[2] = {(t, 0): (20, 40), (t, 1): (20, 40), (t, 2): (15, 40), (t, 3): (12, 40)}
-    specs[2] = make_spec(tmp_path, bootstrap, 2, plans[2], sink=sink)
+    specs[2] = make_spec(tmp_path, bootstrap, 2, plans[2], sink=sink, options=options)
     assert_metrics_match(run_batch(spark, specs[2]), specs[2])
+    manifest = sink_mod.read_manifest(str(sink), 2)
+    assert manifest.get("writer", "spark") == writer
+    if writer == "arrow":  # one file per piece: 20 + 20 + 25 + 28 offsets in pieces of at most 7
+        assert len(manifest["files"]) == 3 + 3 + 4 + 4
 
     # Re-run batch 1 through the production command line, with the package shipped as a zip.
-    rerun = make_spec(tmp_path, bootstrap, 1, plans[1], sink=sink)
+    rerun = make_spec(tmp_path, bootstrap, 1, plans[1], sink=sink, options=options)
     job, spec_uri, key = hand_off(rerun, "rerun-1")
     sealed = (Path(job.path) / handoff.SPEC_NAME).read_text()
     assert bootstrap not in sealed  # the Kafka properties are sealed in the file
@@ -189,6 +197,30 @@ def test_three_batches_and_a_rerun_hold_every_record_exactly_once(
     assert sink_mod.leftovers(str(sink), 1) == []
     assert sorted(p.name for p in sink.iterdir() if p.name != "_kbp") == ["batch_id=0", "batch_id=1", "batch_id=2"]
     assert list((sink / "_kbp" / "jobs").iterdir()) == []
+
+
+def test_the_arrow_writer_writes_what_the_spark_writer_writes(spark, kafka_broker, topic4, sink, tmp_path):
+    """Same records, same Spark schema, same sink settings (no dictionary for key, value, offset);
+    an empty batch still commits a schema-only file; a transform is refused."""
+    bootstrap, t = kafka_broker.bootstrap, topic4
+    produce(bootstrap, t, count=40, partitions=PARTITIONS)
+    ranges = {(t, p): (0, 10) for p in range(PARTITIONS)}
+    for batch_id, writer in ((0, "spark"), (1, "arrow")):
+        spec = make_spec(tmp_path, bootstrap, batch_id, ranges, sink=sink, options={"writer": writer})
+        assert_metrics_match(run_batch(spark, spec), spec)
+    by_spark, by_arrow = (spark.read.parquet(str(sink / f"batch_id={b}")) for b in (0, 1))
+    assert by_arrow.schema == by_spark.schema
+    columns = [c for c in by_spark.columns if c != "timestamp"]  # produce() stamps each record itself
+    assert sorted(by_arrow.select(columns).collect()) == sorted(by_spark.select(columns).collect())
+    encoded = _dictionary_encoded(sink / "batch_id=1")
+    assert not (encoded["key"] or encoded["value"] or encoded["offset"]) and encoded["topic"], encoded
+
+    empty = make_spec(tmp_path, bootstrap, 2, {(t, p): (10, 10) for p in range(PARTITIONS)}, sink=sink, options={"writer": "arrow"})
+    assert run_batch(spark, empty).records == 0
+    assert spark.read.parquet(str(sink / "batch_id=2")).schema == by_spark.schema
+
+    with pytest.raises(JobError, match="writer 'arrow' .* takes no transform"):
+        run_batch(spark, make_spec(tmp_path, bootstrap, 3, ranges, sink=sink, transform="tests.integration.spark_transforms:even_ids", options={"writer": "arrow"}))
 
 
 def test_all_empty_batch_commits_an_empty_directory_readers_accept(spark, kafka_broker, topic4, sink, tmp_path):
@@ -393,12 +425,13 @@ def test_read_range_reads_exactly_and_stalls_with_a_clear_error(kafka_broker, to
     assert f"{topic4}-1[3, 9)" in msg and "position 5" in msg and "stalled" in msg
 
 
-def test_stalled_read_fails_the_job_with_the_range_named(spark, kafka_broker, topic4, sink, tmp_path, monkeypatch):
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_stalled_read_fails_the_job_with_the_range_named(spark, kafka_broker, topic4, sink, tmp_path, monkeypatch, writer):
     """The bounds check normally prevents this; bypass it to see the executor's error surface."""
     from airflow_kafka_backpressure.spark import job
 
     produce(kafka_broker.bootstrap, topic4, count=4, partitions=PARTITIONS)  # 1 per partition
-    spec = make_spec(tmp_path, kafka_broker.bootstrap, 0, {(topic4, 0): (0, 3)}, sink=sink)
+    spec = make_spec(tmp_path, kafka_broker.bootstrap, 0, {(topic4, 0): (0, 3)}, sink=sink, options={"writer": writer})
     spec = JobSpec.from_dict({**spec.to_dict(), "stall_timeout_s": 1, "poll_timeout_ms": 200})
     monkeypatch.setattr(job, "check_bounds", lambda s: {})
     with pytest.raises(JobError) as err:

@@ -51,6 +51,10 @@ def test_a_valid_file_loads_with_the_defaults():
         ({"sink": "data/orders"}, ["sink", "'data/orders'", "absolute path or a URI"]),
         ({"sink": "./out"}, ["sink", "absolute path"]),
         ({"sink": ""}, ["sink", "give a path"]),
+        # the writer
+        ({"reader_options": {"writer": "pandas"}}, ["reader_options.writer", "'pandas'", "one of spark, arrow"]),
+        ({"reader_options": {"writer": "arrow"}, "transform": "m:f"}, ["reader_options.writer", "remove the transform"]),
+        ({"reader_options": {"writer": "arrow"}, "reader": "native"}, ["reader_options.writer", "reader 'auto' or 'python'"]),
     ],
 )
 def test_invalid_fields_are_refused_with_file_pipeline_key_and_value(overrides, fragments):
