@@ -18,6 +18,20 @@ WRITERS = ("spark", "arrow")
 DEFAULT_WRITER = "spark"
 
 
+def writer_problem(writer: str, transform: str | None, reader: str) -> str | None:
+    """What is wrong with ``writer`` for a pipeline with ``transform`` and ``reader`` (None: nothing).
+    One rule for the pipelines file and the batch job."""
+    if writer not in WRITERS:
+        return f"use one of {', '.join(WRITERS)}"
+    if writer == "arrow" and (transform is not None or reader == "native"):
+        return (
+            "writer 'arrow' writes the raw records the Python reader read: it takes no transform and reader "
+            f"'auto' or 'python' (got transform={transform!r}, reader={reader!r}); remove the transform and use "
+            "reader 'auto' or 'python', or use writer 'spark'"
+        )
+    return None
+
+
 class TopicPartition(NamedTuple):
     topic: str
     partition: int

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .control.allocation import ON_DATA_LOSS, STARTING_OFFSETS
-from .models import DEFAULT_WRITER, WRITERS
+from .models import DEFAULT_WRITER, writer_problem
 from .storage import is_absolute_location
 
 #: Environment variable naming the pipelines file (JSON: a list, or {"pipelines": [...]}).
@@ -100,14 +100,9 @@ class PipelineConfig:
         if self.transform is not None and ":" not in self.transform:
             raise bad("transform", self.transform, "use 'package.module:function'")
         writer = self.reader_options.get("writer") or DEFAULT_WRITER
-        if writer not in WRITERS:
-            raise bad("reader_options.writer", writer, f"one of {', '.join(WRITERS)}")
-        if writer == "arrow" and (self.transform is not None or self.reader == "native"):
-            raise bad(
-                "reader_options.writer", writer,
-                "writer 'arrow' writes the raw records the Python reader read: remove the transform and use "
-                "reader 'auto' or 'python', or use writer 'spark'",
-            )
+        problem = writer_problem(writer, self.transform, self.reader)
+        if problem:
+            raise bad("reader_options.writer", writer, problem)
         if self.executor_cores < 1:
             raise bad("executor_cores", self.executor_cores, "must be >= 1")
 

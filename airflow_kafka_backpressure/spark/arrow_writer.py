@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_kafka_backpressure.models import OffsetRange
+
 #: Spark's names of Parquet codecs -> pyarrow's (the ones both write).
 _CODECS = {"none": "NONE", "uncompressed": "NONE", "snappy": "SNAPPY", "gzip": "GZIP", "zstd": "ZSTD", "lz4": "LZ4", "brotli": "BROTLI"}
 #: Records are buffered up to this many bytes per Parquet row group (the reader's Arrow batches are
@@ -100,7 +101,6 @@ class RangeFileTask:
         target = directory.child(self.file_name(index))
         tmp = directory.child(f".{target.name}.{uuid.uuid4().hex}.tmp")  # hidden: the commit drops leftovers
         done: list[tuple[int, int]] = []
-        rows = 0
         try:
             directory.mkdirs()
             with tmp.fs.open_output_stream(tmp.path) as out:
@@ -118,7 +118,6 @@ class RangeFileTask:
                     ):
                         pending.append(batch)
                         pending_bytes += batch.nbytes
-                        rows += batch.num_rows
                         if pending_bytes >= ROW_GROUP_BYTES:
                             writer.write_table(pa.Table.from_batches(pending))
                             pending, pending_bytes = [], 0
@@ -133,10 +132,10 @@ class RangeFileTask:
             except StorageError:
                 pass
             raise
-        # read to its end and written: only now may the commit count it
+        # read to its end and written: only now may the commit count it (every record read was written)
         [(records, nbytes)] = done
         record_read_completion(self.records_dir, r, records, nbytes)
-        return rows
+        return records
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:

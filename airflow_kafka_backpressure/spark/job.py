@@ -237,16 +237,12 @@ def _spark_failure(e: Exception) -> str:
 
 def batch_writer(spec: JobSpec) -> str:
     """The spec's ``writer`` option (:mod:`.arrow_writer`), checked against its reader and transform."""
-    from airflow_kafka_backpressure.models import DEFAULT_WRITER, WRITERS
+    from airflow_kafka_backpressure.models import DEFAULT_WRITER, writer_problem
 
     writer = str(spec.options.get("writer") or DEFAULT_WRITER)
-    if writer not in WRITERS:
-        raise JobError(f"writer = {writer!r} is invalid: use one of {', '.join(WRITERS)}")
-    if writer == "arrow" and (spec.transform is not None or spec.reader == "native"):
-        raise JobError(
-            "writer 'arrow' writes the raw records the Python reader read: it takes no transform and "
-            f"reader 'python' or 'auto' (got transform={spec.transform!r}, reader={spec.reader!r}); use writer 'spark'"
-        )
+    problem = writer_problem(writer, spec.transform, spec.reader)
+    if problem:
+        raise JobError(f"writer = {writer!r} is invalid: {problem}")
     return writer
 
 
