@@ -61,7 +61,16 @@ phase() {
     return 0
 }
 say() { echo "docker/test.sh: $*" >&2; }
-die() { say "ERROR: $*"; exit 1; }
+REASON=""   # what failed, repeated on the last lines (the service logs printed on failure are long)
+die() { REASON="$*"; say "ERROR: $*"; exit 1; }
+trap '[[ -n "$REASON" ]] || REASON="line $LINENO: $BASH_COMMAND"' ERR
+# check <command> ...: docker/check_stack.py, its "check FAILED" line kept as the reason
+check() {
+    local err="$W/check-$1.err"
+    if PATH="/usr/bin:$PATH" "${CHECK[@]}" "$@" 2> >(tee "$err" >&2); then return 0; fi
+    sleep 0.2   # let tee finish
+    die "docker/check_stack.py $1: $(grep -h 'check FAILED' "$err" | tail -n 1)"
+}
 
 # docker: the engine's own client (a newer one without buildx may come first on PATH)
 docker() { /usr/bin/docker "$@"; }
@@ -104,7 +113,7 @@ cleanup() {
         echo "docker/test.sh: PASSED"
         echo "docker: 1 passed, 0 failed"
     else
-        echo "docker/test.sh: FAILED (exit $rc; logs kept in $W)"
+        echo "docker/test.sh: FAILED (exit $rc; logs kept in $W): ${REASON:-interrupted}"
         echo "docker: 0 passed, 1 failed"
     fi
     exit $rc
@@ -188,23 +197,23 @@ say "no network created ($(tr '\n' ' ' < "$W/networks.after"))"
 compose ps >&2
 
 phase "2 batches, executor count changes"
-"${CHECK[@]}" wait-batches --min 2 --timeout "$WAIT_S"
+check wait-batches --min 2 --timeout "$WAIT_S"
 
 phase "stop producer, catch up, >= 3 batches"
 compose stop -t 30 demo-producer > /dev/null 2>&1
 docker logs "${PROJECT}_demo-producer_1" > "$W/producer.log" 2>&1
 grep "produced" "$W/producer.log" >&2 || true
 # backpressure off (a Variable edit, as in the UI): the next batches read up to the latest offsets
-"${CHECK[@]}" unthrottle
+check unthrottle
 # the broker advertises its service name: ask for the end offsets from inside the stack
 ENDS="$(compose run --rm --no-deps -T demo-producer python - --kafka "$KBP_KAFKA_BOOTSTRAP" end-offsets \
     < "$HERE/check_stack.py" 2> "$W/end-offsets.log")" || { cat "$W/end-offsets.log" >&2; die "could not read the end offsets"; }
-"${CHECK[@]}" wait-caught-up --end-offsets "$ENDS" --min-batches 3 --timeout "$WAIT_S"
+check wait-caught-up --end-offsets "$ENDS" --min-batches 3 --timeout "$WAIT_S"
 
 phase "verify sink and executors"
 SINK="$(docker volume inspect "${PROJECT}_sink" --format '{{.Mountpoint}}')/sink/demo"
 mapfile -t WORKERS < <(docker ps --filter "label=com.docker.compose.project=$PROJECT" \
     --filter "label=com.docker.compose.service=spark-worker" --format '{{.Names}}')
 [[ ${#WORKERS[@]} -eq 2 ]] || die "expected 2 spark-worker containers, found: ${WORKERS[*]:-none}"
-PATH="/usr/bin:$PATH" "${CHECK[@]}" verify \
+check verify \
     --sink "$SINK" --producer-log "$W/producer.log" --workers "${WORKERS[@]}"
