@@ -52,6 +52,12 @@ __all__ = [
 DEFAULT_POLL_TIMEOUT_MS = 1000
 DEFAULT_STALL_TIMEOUT_S = 60.0
 DEFAULT_MAX_RECORDS_PER_BATCH = 10_000
+# Records taken from the client and turned into Arrow columns at a time; the columns of several
+# chunks make one batch of up to max_records_per_batch rows. Each column is a pass over the
+# chunk's record objects, which stay in the CPU's cache at this size: reading a 250,000-record
+# range (1,000 per Kafka batch, 100-byte records) took 0.21 s in chunks of 2,000 against 0.27 s in
+# chunks of 10,000 and 0.27 s in chunks of 500 (one confluent-kafka consumer alone: 0.20 s).
+CHUNK_RECORDS = 2_000
 
 OnComplete = Callable[[OffsetRange, int, int], None]
 
@@ -93,16 +99,19 @@ def read_range(
             on_complete(r, 0, 0)
         return
     poll_timeout_s = poll_timeout_ms / 1000
+    chunk = min(CHUNK_RECORDS, max_records_per_batch)
     fetcher = open_fetcher(client, r, kafka_props, source=f"reading {r}")
     records = nbytes = 0
     try:
         position = r.from_offset
         last_progress = time.monotonic()
-        pending: list[Any] = []
+        pending: list[Any] = []  # client records, not yet columns
+        parts: list[pa.RecordBatch] = []  # columns, not yet handed over
+        held = 0  # rows in parts
         while position < r.until_offset:
             # Ask for no more than the offsets left: with no gaps that is exactly what remains, so
             # a client that waits for a full chunk (confluent) does not wait past the range's end.
-            want = min(max_records_per_batch - len(pending), r.until_offset - position)
+            want = min(chunk - len(pending), max_records_per_batch - held - len(pending), r.until_offset - position)
             pending.extend(fetcher.fetch(want, poll_timeout_s))
             now_position = fetcher.position()
             now = time.monotonic()
@@ -111,13 +120,19 @@ def read_range(
                 last_progress = now
             elif now - last_progress > stall_timeout_s:
                 raise _stalled(r, fetcher.client, position, stall_timeout_s, fetcher.diagnose(r))
-            if pending and (len(pending) >= max_records_per_batch or position >= r.until_offset):
-                batch = fetcher.to_batch(pending, r)
+            done = position >= r.until_offset
+            if pending and (done or len(pending) >= chunk or held + len(pending) >= max_records_per_batch):
+                part = fetcher.to_batch(pending, r)
                 pending = []
-                if batch.num_rows:
-                    records += batch.num_rows
-                    nbytes += key_value_bytes(batch)
-                    yield batch
+                if part.num_rows:
+                    parts.append(part)
+                    held += part.num_rows
+            if parts and (done or held >= max_records_per_batch):
+                batch = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+                parts, held = [], 0
+                records += batch.num_rows
+                nbytes += key_value_bytes(batch)
+                yield batch
     finally:
         fetcher.close()
     if on_complete is not None:

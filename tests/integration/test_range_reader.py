@@ -82,6 +82,29 @@ def test_batches_hold_at_most_max_records(kafka_broker, props, client, topic_nam
     assert [b.num_rows for b in batches] == [10, 10, 3]
 
 
+def test_batches_are_made_of_several_chunks(kafka_broker, props, client, topic_name, monkeypatch):
+    """Records become columns a chunk at a time (range_reader.CHUNK_RECORDS); the chunks of a
+    batch are joined: every offset once, in order, batches still at most max_records_per_batch."""
+    from airflow_kafka_backpressure.spark import range_reader
+
+    monkeypatch.setattr(range_reader, "CHUNK_RECORDS", 3)
+    ensure_topic(kafka_broker.bootstrap, topic_name, 1)
+    produce(kafka_broker.bootstrap, topic_name, count=30, partitions=1)
+    done: list = []
+    batches = list(
+        read_range(
+            OffsetRange(topic_name, 0, 1, 30), props, client=client, max_records_per_batch=7,
+            on_complete=lambda *a: done.append(a[1:]),
+        )
+    )
+    assert [b.num_rows for b in batches] == [7, 7, 7, 7, 1]
+    table = pa.Table.from_batches(batches)
+    assert table.column("offset").to_pylist() == list(range(1, 30))
+    assert ids(table) == list(range(1, 30))
+    key_value_bytes = sum(len(k or b"") + len(v) for k, v in zip(table["key"].to_pylist(), table["value"].to_pylist()))
+    assert done == [(29, key_value_bytes)]
+
+
 def test_offset_gaps_from_transaction_markers_end_the_read_at_until(kafka_broker, props, client, topic_name):
     """A committed transaction ends with a marker that takes an offset but is no record: ranges
     ending at, starting at or made only of markers must complete, not stall."""
