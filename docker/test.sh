@@ -65,11 +65,12 @@ REASON=""   # what failed, repeated on the last lines (the service logs printed 
 die() { REASON="$*"; say "ERROR: $*"; exit 1; }
 trap '[[ -n "$REASON" ]] || REASON="line $LINENO: $BASH_COMMAND"' ERR
 # check <command> ...: docker/check_stack.py, its "check FAILED" line kept as the reason
+# (its progress goes to stdout; stderr, with the failure, is shown once it ends)
 check() {
-    local err="$W/check-$1.err"
-    if PATH="/usr/bin:$PATH" "${CHECK[@]}" "$@" 2> >(tee "$err" >&2); then return 0; fi
-    sleep 0.2   # let tee finish
-    die "docker/check_stack.py $1: $(grep -h 'check FAILED' "$err" | tail -n 1)"
+    local err="$W/check-$1.err" rc=0
+    PATH="/usr/bin:$PATH" "${CHECK[@]}" "$@" 2> "$err" || rc=$?
+    cat "$err" >&2
+    [[ $rc -eq 0 ]] || die "docker/check_stack.py $1: $(grep -h 'check FAILED' "$err" | tail -n 1)"
 }
 
 # docker: the engine's own client (a newer one without buildx may come first on PATH)
