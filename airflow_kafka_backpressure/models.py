@@ -13,9 +13,10 @@ from typing import Any, NamedTuple
 
 #: How a batch's data is written (``options["writer"]``): ``spark`` — Spark's Parquet writer, after
 #: the transform if any; ``arrow`` — each reading task writes its range with pyarrow, no transform
-#: (:mod:`.spark.arrow_writer`).
-WRITERS = ("spark", "arrow")
-DEFAULT_WRITER = "spark"
+#: (:mod:`.spark.arrow_writer`); ``auto`` — ``arrow`` where it applies (:func:`chosen_writer`),
+#: ``spark`` otherwise.
+WRITERS = ("auto", "spark", "arrow")
+DEFAULT_WRITER = "auto"
 
 
 def writer_problem(writer: str, transform: str | None, reader: str) -> str | None:
@@ -30,6 +31,15 @@ def writer_problem(writer: str, transform: str | None, reader: str) -> str | Non
             "reader 'auto' or 'python', or use writer 'spark'"
         )
     return None
+
+
+def chosen_writer(writer: str, transform: str | None, reader: str, arrow_codec: bool = True) -> str:
+    """The writer a batch uses: ``writer`` itself unless it is ``auto``, which is ``arrow`` for the
+    raw records of the Python reader (``reader`` is the one chosen, ``python`` or ``native``) in a
+    codec pyarrow writes (``arrow_codec``), else ``spark``."""
+    if writer != "auto":
+        return writer
+    return "arrow" if transform is None and reader == "python" and arrow_codec else "spark"
 
 
 class TopicPartition(NamedTuple):

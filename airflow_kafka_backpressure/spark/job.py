@@ -43,7 +43,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_backpressure.kafka_config import to_spark_kafka_options
-from airflow_kafka_backpressure.models import BatchMetrics, JobSpec, OffsetRange, PartitionCount, TopicPartition
+from airflow_kafka_backpressure.models import (
+    BatchMetrics,
+    JobSpec,
+    OffsetRange,
+    PartitionCount,
+    TopicPartition,
+    chosen_writer,
+)
 from airflow_kafka_backpressure.spark.bounds import check_bounds, range_problems
 from airflow_kafka_backpressure.spark.errors import JobError
 
@@ -235,8 +242,20 @@ def _spark_failure(e: Exception) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(e).__name__
 
 
+def arrow_codec(compression: str | None) -> bool:
+    """Whether pyarrow writes the Parquet codec Spark calls ``compression``."""
+    from airflow_kafka_backpressure.spark.arrow_writer import parquet_codec
+
+    try:
+        parquet_codec(compression)
+    except ValueError:
+        return False
+    return True
+
+
 def batch_writer(spec: JobSpec) -> str:
-    """The spec's ``writer`` option (:mod:`.arrow_writer`), checked against its reader and transform."""
+    """The spec's ``writer`` option (:mod:`.arrow_writer`), checked against its reader and transform;
+    ``auto`` is resolved once the reader is known (:func:`.models.chosen_writer`)."""
     from airflow_kafka_backpressure.models import DEFAULT_WRITER, writer_problem
 
     writer = str(spec.options.get("writer") or DEFAULT_WRITER)
@@ -279,15 +298,21 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     check_bounds(spec)
     writer = batch_writer(spec)
     reader = "python" if writer == "arrow" else choose_reader(spark, spec.reader)
+    writer = chosen_writer(writer, spec.transform, reader, arrow_codec(spec.options.get("parquet_compression")))
     read_started_at_ms = _now_ms()
     records_dir = read_records_dir(plan.sink, plan.batch_id, spec.token) if reader == "python" else None
-    describe = {"pipeline": plan.pipeline, "run_id": plan.run_id, "reader": reader, "transform": spec.transform}
+    describe = {
+        "pipeline": plan.pipeline,
+        "run_id": plan.run_id,
+        "reader": reader,
+        "transform": spec.transform,
+        "writer": writer,
+    }
     write_data = None
     if writer == "arrow":  # the tasks read and write: the DataFrame only gives the sink its schema
         from airflow_kafka_backpressure.spark.kafka_range_source import KAFKA_SCHEMA
 
         out = spark.createDataFrame([], KAFKA_SCHEMA)
-        describe["writer"] = writer
         write_data = lambda staging: write_ranges_with_arrow(spark, spec, staging, records_dir or "")  # noqa: E731
     else:
         out = apply_transform(read_ranges(spark, spec, reader, read_records_dir=records_dir), spec.transform)

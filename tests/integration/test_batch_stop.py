@@ -158,7 +158,14 @@ def check_stopped(engine, server, watch: ProcessWatch, held: list[int], *, requi
         assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
 
 
-def check_failed_and_replay(make, p, ledger, flag, kafka_broker, produced: int, expect_in_error: str) -> None:
+def check_failed_and_replay(
+    make, p, ledger, release, kafka_broker, produced: int, expect_in_error: str, transform: str | None = HOLD
+) -> dict:
+    """The stopped batch is failed, nothing of its attempt is left, and once ``release()`` lets
+    batches run again the replay DAG (same ``transform``) completes it exactly once; returns the
+    replayed batch's manifest."""
+    import json
+
     batch = ledger.batch(1)
     assert batch.status == "failed", (batch.status, batch.error)
     assert expect_in_error in batch.error, batch.error
@@ -170,9 +177,9 @@ def check_failed_and_replay(make, p, ledger, flag, kafka_broker, produced: int, 
     assert not (work.exists() and [d for d in work.iterdir() if f"{p.name}-batch-1-" in d.name])
     assert not (Path(p.sink) / "batch_id=1").exists()
 
-    flag.unlink()
+    release()
     # the replay runs with the default timeout: the stop was the batch's, not the pipeline's
-    p2, ledger = make(name=p.name, transform=HOLD, replay_interval_s=20)
+    p2, ledger = make(name=p.name, transform=transform, replay_interval_s=20)
     replay = af.run_dag(p2.replay_dag_id, 0)
     assert replay.state == "success", replay.task_states
     assert [x["batch_id"] for x in replay.xcoms["replay"]] == [1]
@@ -182,6 +189,7 @@ def check_failed_and_replay(make, p, ledger, flag, kafka_broker, produced: int, 
     with KafkaOffsets({"bootstrap.servers": kafka_broker.bootstrap}) as k:
         committed = k.committed_offsets(p.group, k.partitions(p.topics))
     assert sum(committed.values()) == produced
+    return json.loads((Path(p.sink) / "batch_id=1" / "_manifest.json").read_text())
 
 
 def test_killing_the_ingest_task_stops_the_batch_and_it_replays_exactly_once(engine_setup, kafka_broker):
@@ -198,7 +206,7 @@ def test_killing_the_ingest_task_stops_the_batch_and_it_replays_exactly_once(eng
     assert result.get("killed_at"), "the batch's UDF never started: nothing was killed"
     assert run.task_states["ingest"] == "failed", run.task_states
     check_stopped(engine, server, watch, held_pids(flag))
-    check_failed_and_replay(make, p, ledger, flag, kafka_broker, 120, "killed")
+    check_failed_and_replay(make, p, ledger, flag.unlink, kafka_broker, 120, "killed")
 
 
 def test_a_batch_over_its_timeout_is_stopped_and_replays_exactly_once(engine_setup, kafka_broker):
@@ -212,7 +220,7 @@ def test_a_batch_over_its_timeout_is_stopped_and_replays_exactly_once(engine_set
         run = af.run_dag(p.ingest_dag_id, 0)
     assert run.task_states["ingest"] == "failed", run.task_states
     check_stopped(engine, server, watch, held_pids(flag), require_held=False)
-    check_failed_and_replay(make, p, ledger, flag, kafka_broker, 120, "timed out after 90 s")
+    check_failed_and_replay(make, p, ledger, flag.unlink, kafka_broker, 120, "timed out after 90 s")
 
 
 @pytest.mark.parametrize("make_pipeline", ["connect"], indirect=True)

@@ -27,3 +27,17 @@ def test_each_piece_has_its_own_file_name_per_attempt():
     pieces = [OffsetRange("t", 0, 0, 5), OffsetRange("t", 0, 5, 9)]
     task = RangeFileTask(pieces, {}, {}, "/s", "/s/_read", "tok1", "zstd", None)
     assert task.file_name(0) == "part-00000-tok1.zstd.parquet" != task.file_name(1)
+
+
+def test_auto_picks_the_arrow_writer_only_for_the_python_readers_raw_records_in_a_codec_it_writes():
+    from airflow_kafka_backpressure.models import DEFAULT_WRITER, chosen_writer, writer_problem
+    from airflow_kafka_backpressure.spark.job import arrow_codec
+
+    assert DEFAULT_WRITER == "auto" and writer_problem("auto", "m:f", "native") is None
+    assert chosen_writer("auto", None, "python") == "arrow"
+    assert chosen_writer("auto", "m:f", "python") == "spark"  # a transform needs Spark's rows
+    assert chosen_writer("auto", None, "native") == "spark"  # Spark's Kafka source reads in the JVM
+    assert chosen_writer("auto", None, "python", arrow_codec("lzo")) == "spark"
+    assert arrow_codec(None) and arrow_codec("zstd") and not arrow_codec("lzo")
+    # an explicit choice stands
+    assert chosen_writer("spark", None, "python") == "spark" and chosen_writer("arrow", None, "python") == "arrow"

@@ -52,7 +52,7 @@ def test_a_valid_file_loads_with_the_defaults():
         ({"sink": "./out"}, ["sink", "absolute path"]),
         ({"sink": ""}, ["sink", "give a path"]),
         # the writer
-        ({"reader_options": {"writer": "pandas"}}, ["reader_options.writer", "'pandas'", "one of spark, arrow"]),
+        ({"reader_options": {"writer": "pandas"}}, ["reader_options.writer", "'pandas'", "one of auto, spark, arrow"]),
         ({"reader_options": {"writer": "arrow"}, "transform": "m:f"}, ["reader_options.writer", "remove the transform"]),
         ({"reader_options": {"writer": "arrow"}, "reader": "native"}, ["reader_options.writer", "reader 'auto' or 'python'"]),
     ],
