@@ -52,7 +52,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def rig(fault_rig: FaultRig) -> Iterator[FaultRig]:
-    """The session's rig; a pipeline a test started is stopped after it, whatever happened."""
+    """The session's rig; a pipeline a test started is stopped after it, whatever happened. A test
+    starts with a running scheduler, whatever the one before it did to Airflow's."""
+    fault_rig.standalone.revive_scheduler()
     yield fault_rig
     for p in list(fault_rig.started):
         fault_rig.stop(p)

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -126,6 +127,7 @@ class Standalone:
     extra_env: dict[str, str] = field(default_factory=dict)
     port: int = 0
     proc: subprocess.Popen | None = None
+    replacement_scheduler: subprocess.Popen | None = None
     _token: str | None = None
 
     @property
@@ -211,11 +213,37 @@ class Standalone:
             raise
         return self
 
+    def scheduler_running(self) -> bool:
+        """Whether the standalone's scheduler process (``airflow scheduler``) is alive."""
+        if self.replacement_scheduler is not None and self.replacement_scheduler.poll() is None:
+            return True
+        return self.proc is not None and any(cmdline(p).endswith(" scheduler") for p in process_tree(self.proc.pid))
+
+    def revive_scheduler(self) -> bool:
+        """Start a scheduler when the standalone's has died (``airflow standalone`` does not restart
+        it). Seen once under load: after ``airflow backfill create`` Airflow's scheduler hit an
+        IntegrityError creating the backfill runs' task instances in the SQLite metadata DB, and
+        its loop ended; every later step then waited for nothing. Returns whether it did."""
+        if self.proc is None or self.scheduler_running():
+            return False
+        warnings.warn(f"airflow scheduler died (see {self.home / 'standalone.log'}): started a new one", stacklevel=2)
+        log = open(self.home / "scheduler.log", "ab")
+        try:
+            self.replacement_scheduler = subprocess.Popen(
+                [str(Path(sys.executable).parent / "airflow"), "scheduler"], env=self.env(), cwd=self.home,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        finally:
+            log.close()
+        return True
+
     def stop(self) -> list[int]:
+        replacement, self.replacement_scheduler = self.replacement_scheduler, None
+        killed = stop_tree(replacement.pid) if replacement is not None else []
         proc, self.proc = self.proc, None
         if proc is None:
-            return []
-        killed = stop_tree(proc.pid)
+            return killed
+        killed += stop_tree(proc.pid)
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
