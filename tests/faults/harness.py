@@ -128,6 +128,8 @@ class Standalone:
     port: int = 0
     proc: subprocess.Popen | None = None
     replacement_scheduler: subprocess.Popen | None = None
+    jwt_secret: str = field(default_factory=lambda: secrets.token_hex(48))
+    secret_key: str = field(default_factory=lambda: secrets.token_hex(32))
     _token: str | None = None
 
     @property
@@ -148,8 +150,8 @@ class Standalone:
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(48),
-            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(32),
+            "AIRFLOW__API_AUTH__JWT_SECRET": self.jwt_secret,  # one per installation: every
+            "AIRFLOW__API__SECRET_KEY": self.secret_key,  # component must trust the others' tokens
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
