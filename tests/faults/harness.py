@@ -116,6 +116,10 @@ def cmdline(p: psutil.Process) -> str:
         return ""
 
 
+#: What Airflow logs when its scheduler loop ends on an exception.
+LOOP_ENDED = "Exception when executing SchedulerJob._run_scheduler_loop"
+
+
 # ----- airflow standalone -------------------------------------------------------------------------
 @dataclass
 class Standalone:
@@ -218,8 +222,18 @@ class Standalone:
     def scheduler_running(self) -> bool:
         """Whether the standalone's scheduler process (``airflow scheduler``) is alive."""
         if self.replacement_scheduler is not None and self.replacement_scheduler.poll() is None:
-            return True
-        return self.proc is not None and any(cmdline(p).endswith(" scheduler") for p in process_tree(self.proc.pid))
+            return not self._loop_ended(self.home / "scheduler.log")
+        if self.proc is None or self._loop_ended(self.home / "standalone.log"):
+            return False
+        return any(cmdline(p).endswith(" scheduler") for p in process_tree(self.proc.pid))
+
+    @staticmethod
+    def _loop_ended(log: Path) -> bool:
+        """Airflow logged that its scheduler loop ended (the process may live on, scheduling nothing)."""
+        try:
+            return LOOP_ENDED in log.read_text(errors="replace")
+        except OSError:
+            return False
 
     def revive_scheduler(self) -> bool:
         """Start a scheduler when the standalone's has died (``airflow standalone`` does not restart
@@ -228,6 +242,12 @@ class Standalone:
         its loop ended; every later step then waited for nothing. Returns whether it did."""
         if self.proc is None or self.scheduler_running():
             return False
+        if self.replacement_scheduler is not None:
+            stop_tree(self.replacement_scheduler.pid)
+        for p in process_tree(self.proc.pid):  # a scheduler whose loop ended, still running
+            if cmdline(p).endswith(" scheduler"):
+                stop_processes([p], grace_s=10.0)
+        (self.home / "scheduler.log").unlink(missing_ok=True)
         warnings.warn(f"airflow scheduler died (see {self.home / 'standalone.log'}): started a new one", stacklevel=2)
         log = open(self.home / "scheduler.log", "ab")
         try:
