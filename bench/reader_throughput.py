@@ -30,7 +30,10 @@ reads the same ranges several ways and prints records/s and the ratio to the fir
 The issue's goal: ``job read + parquet`` >= 0.8x ``confluent consumer``. ``--repeat N`` runs every
 line N times and keeps the best (other processes on a shared machine only ever slow a run down);
 lines run interleaved, round after round, and the load average is printed with the results,
-because it moves them.
+because it moves them. The two job lines also run each time right after a run of the consumer,
+and their ratios to it are printed too ("paired"; median and every round's): the embedded broker
+slows down as a run goes on, so the best of one line and the best of another can come from
+brokers in different states (see :func:`run_lines`).
 
     .venv/bin/python bench/reader_throughput.py                       # 100,000 records, 4 partitions
     .venv/bin/python bench/reader_throughput.py --records-per-batch 1000   # as a batching producer writes
@@ -45,6 +48,7 @@ import contextlib
 import itertools
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -187,20 +191,42 @@ def concurrent_readers(processes: int) -> Iterator[Callable[[str, list[OffsetRan
 
 
 Line = tuple[str, Callable[[], int]]
+BASELINE = "confluent consumer"
+#: Lines measured right after a run of the baseline of their own (see :func:`run_lines`).
+PAIRED = ("job read + parquet", "job read + parquet, writer=spark")
 
 
-def run_lines(results: dict[str, float], total: int, lines: list[Line], rounds: int) -> None:
+def run_lines(
+    results: dict[str, float], paired: dict[str, list[float]], total: int, lines: list[Line], rounds: int
+) -> None:
     """Every line once per round, round after round, keeping each line's best: lines interleaved
-    meet the same background load, so their ratios hold better on a shared machine."""
+    meet the same background load, so their ratios hold better on a shared machine.
+
+    The lines of :data:`PAIRED` (the whole job) also get a run of the baseline just before each of
+    their runs, and ``paired[line]`` collects each run's ratio to that baseline run. The embedded
+    broker slows down as a run goes on (its fetches took 1.1-1.2 CPU-seconds per 100,000 one-record
+    batches when it was new and 1.5-1.8 after a few rounds of concurrent readers, measured with the
+    broker's CPU time), so a line's best and the baseline's best can come from brokers in different
+    states; adjacent runs share the broker's state."""
+    baseline = dict(lines).get(BASELINE)
     for _ in range(rounds):
         for label, fn in lines:
-            t0 = time.monotonic()
-            n = fn()
-            elapsed = time.monotonic() - t0
-            if n != total:
-                raise SystemExit(f"{label}: read {n} records, expected {total}")
-            results[label] = max(results.get(label, 0.0), total / elapsed)
-            print(f"  {label:38s} {total / elapsed:>10,.0f} rec/s  ({elapsed:.2f}s)", flush=True)
+            if label in PAIRED and baseline is not None:
+                base_rate = _timed(results, total, BASELINE, baseline)
+                paired.setdefault(label, []).append(_timed(results, total, label, fn) / base_rate)
+            else:
+                _timed(results, total, label, fn)
+
+
+def _timed(results: dict[str, float], total: int, label: str, fn: Callable[[], int]) -> float:
+    t0 = time.monotonic()
+    n = fn()
+    elapsed = time.monotonic() - t0
+    if n != total:
+        raise SystemExit(f"{label}: read {n} records, expected {total}")
+    results[label] = max(results.get(label, 0.0), total / elapsed)
+    print(f"  {label:38s} {total / elapsed:>10,.0f} rec/s  ({elapsed:.2f}s)", flush=True)
+    return total / elapsed
 
 
 def main() -> None:
@@ -231,6 +257,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-reader-", dir=tmp_root))
     os.environ.update(spark_submit_env(work))
     results: dict[str, float] = {}
+    paired: dict[str, list[float]] = {}
     load_before = os.getloadavg()[0]
     try:
         with TansuBroker(log_path=work / "tansu.log") as broker:
@@ -247,7 +274,7 @@ def main() -> None:
             bootstrap = broker.bootstrap
 
             lines: list[Line] = [
-                ("confluent consumer", lambda: confluent_consumer(bootstrap, ranges)),
+                (BASELINE, lambda: confluent_consumer(bootstrap, ranges)),
                 ("kafka-python consumer", lambda: kafka_python_consumer(bootstrap, ranges)),
             ]
             for client in ("confluent", "kafka-python"):
@@ -256,16 +283,16 @@ def main() -> None:
             with concurrent_readers(2) as pair:
                 lines.append(("read_range (confluent), 2 processes", lambda: pair(bootstrap, ranges)))
                 if args.skip_spark:
-                    run_lines(results, total, lines, args.repeat)
+                    run_lines(results, paired, total, lines, args.repeat)
                 else:
                     with spark_session(args.master, work) as spark:
                         first, spark_lines = spark_reads(spark, args, work, bootstrap, ranges, total)
-                        run_lines(results, total, [first], 1)
-                        run_lines(results, total, lines + spark_lines, args.repeat)
+                        run_lines(results, paired, total, [first], 1)
+                        run_lines(results, paired, total, lines + spark_lines, args.repeat)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    base = results["confluent consumer"]
+    base = results[BASELINE]
     print(
         f"\n{total} records, {args.partitions} partitions, {args.payload_bytes}-byte payloads, "
         f"{args.records_per_batch} record(s) per Kafka batch, {args.master}, "
@@ -273,7 +300,11 @@ def main() -> None:
         f"({os.cpu_count()} CPUs)"
     )
     for label, rate in results.items():
-        print(f"  {label:38s} {rate:>10,.0f} rec/s   ratio {rate / base:.2f}")
+        line = f"  {label:38s} {rate:>10,.0f} rec/s   ratio {rate / base:.2f}"
+        if label in paired:
+            ratios = sorted(paired[label])
+            line += f"   paired with the run before: median {statistics.median(ratios):.2f} ({', '.join(f'{r:.2f}' for r in ratios)})"
+        print(line)
 
 
 @contextlib.contextmanager

@@ -7,9 +7,12 @@ output: here the Python task that read a range writes it with pyarrow's Parquet 
 process, and the records never enter the JVM. Measured with a batching producer (README, "Batch
 engines"), this is the difference between Spark's row path and none.
 
-The Spark job is ``spark.range(n, numPartitions=n).mapInArrow(...)``: one task per input partition
-(the reader's split, :func:`.range_split.split_ranges`), in a classic session or over Spark
-Connect alike. Task ``i`` writes ``part-<i>-<token>.<codec>.parquet`` into the attempt's staging
+The Spark job is ``spark.range(k, numPartitions=k).mapInArrow(...)``, in a classic session or over
+Spark Connect alike: the reader's input partitions (:func:`.range_split.split_ranges`, the
+"pieces") go to ``k`` tasks, one per piece, or, when the caller knows the task slots (a classic
+session: the driver's ``defaultParallelism``, at least the executor target's cores), at most one
+per slot, each writing its pieces one after the other (:func:`.range_split.group_pieces`): a task
+has a fixed cost, and pieces past the slots would only run in later waves. Task ``i`` writes ``part-<i>-<token>.<codec>.parquet`` into the attempt's staging
 directory under a hidden temporary name and renames it there, then leaves the reader's completion
 record: a retried or speculative task rewrites the same file, and the sink's commit (the same as
 the default writer's: fence, manifest, swap) keeps exactly the finished files. Files have the
@@ -60,9 +63,10 @@ def dictionary_columns(columns: Sequence[str], plain_columns: Sequence[str] | st
 
 
 class RangeFileTask:
-    """The ``mapInArrow`` function: the ids of its input rows are indexes into ``pieces``; for each,
-    read the piece and write its file (see the module doc). A module-level class, so Spark pickles
-    it by reference and executors import this module (shipped with the package)."""
+    """The ``mapInArrow`` function: the ids of its input rows are indexes into ``groups`` (default:
+    one group per piece); for each piece of the group, read the piece and write its file (see the
+    module doc). A module-level class, so Spark pickles it by reference and executors import this
+    module (shipped with the package)."""
 
     def __init__(
         self,
@@ -74,8 +78,10 @@ class RangeFileTask:
         token: str,
         compression: str | None,
         plain_columns: Sequence[str] | str | None,
+        groups: Sequence[Sequence[int]] | None = None,
     ) -> None:
         self.pieces = [p.to_dict() for p in pieces]
+        self.groups = [list(g) for g in groups] if groups is not None else [[i] for i in range(len(pieces))]
         self.kafka_props = dict(kafka_props)
         self.read_options = dict(read_options)
         self.staging = staging
@@ -139,9 +145,10 @@ class RangeFileTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for index in batch.column("id").to_pylist():
-                rows = self.write_piece(int(index))
-                yield pa.RecordBatch.from_pydict({"piece": [int(index)], "rows": [rows]}, schema=_RESULT_SCHEMA)
+            for group in batch.column("id").to_pylist():
+                for index in self.groups[int(group)]:
+                    rows = self.write_piece(index)
+                    yield pa.RecordBatch.from_pydict({"piece": [index], "rows": [rows]}, schema=_RESULT_SCHEMA)
 
 
 def write_ranges(
@@ -157,14 +164,16 @@ def write_ranges(
     max_records_per_partition: int | None,
     compression: str | None = None,
     plain_columns: Sequence[str] | str | None = None,
+    slots: int | None = None,
     **read_options: Any,
 ) -> int:
-    """Write ``ranges`` into ``staging`` with one Spark task per input partition; returns the rows
-    written (the Spark job fails, with the task's error, if any piece cannot be read or written).
+    """Write ``ranges`` into ``staging`` with one Spark task per input partition, or per task slot
+    when ``slots`` is given and there are more pieces (module doc); returns the rows written (the
+    Spark job fails, with the task's error, if any piece cannot be read or written).
     ``read_options``: :func:`.range_reader.read_range`'s (poll and stall timeouts, batch size);
     ``max_records_per_partition`` 0 or None: no limit."""
     from airflow_kafka_backpressure.spark.range_clients import check_reader_config
-    from airflow_kafka_backpressure.spark.range_split import split_ranges
+    from airflow_kafka_backpressure.spark.range_split import group_pieces, split_ranges
 
     check_reader_config(kafka_props, client, source="the batch's Kafka properties")
     pieces = split_ranges(
@@ -172,10 +181,11 @@ def write_ranges(
     )
     if not pieces:
         return 0  # the commit writes the schema-only file of an empty batch
+    groups = group_pieces(pieces, slots)
     task = RangeFileTask(
-        pieces, kafka_props, {**read_options, "client": client}, staging, records_dir, token, compression, plain_columns
+        pieces, kafka_props, {**read_options, "client": client}, staging, records_dir, token, compression, plain_columns, groups
     )
-    done = spark.range(0, len(pieces), 1, len(pieces)).mapInArrow(task, "piece long, rows long").collect()
+    done = spark.range(0, len(groups), 1, len(groups)).mapInArrow(task, "piece long, rows long").collect()
     if sorted(int(row["piece"]) for row in done) != list(range(len(pieces))):
         raise RuntimeError(f"the write job reported pieces {sorted(row['piece'] for row in done)} of {len(pieces)}")
     return sum(int(row["rows"]) for row in done)

@@ -265,8 +265,20 @@ def batch_writer(spec: JobSpec) -> str:
     return writer
 
 
+def task_slots(spark: Any, min_partitions: int | None) -> int | None:
+    """How many tasks of a batch can run at once, where the session says so: in a classic session
+    (this process is the driver) its ``defaultParallelism``, at least ``min_partitions`` (the
+    executor target's cores, whose executors may still be registering). None over Spark Connect:
+    the server's slots are not the client's to know, and with dynamic allocation pending tasks are
+    what brings executors."""
+    if getattr(spark, "_jvm", None) is None:
+        return None
+    return max(int(spark.sparkContext.defaultParallelism), min_partitions or 1)
+
+
 def write_ranges_with_arrow(spark: Any, spec: JobSpec, staging: str, records_dir: str) -> int:
-    """The batch's data through :func:`.arrow_writer.write_ranges`, with the spec's reader settings."""
+    """The batch's data through :func:`.arrow_writer.write_ranges`, with the spec's reader settings
+    and at most one task per slot (:func:`task_slots`)."""
     from airflow_kafka_backpressure.spark.arrow_writer import write_ranges
 
     return write_ranges(
@@ -278,6 +290,7 @@ def write_ranges_with_arrow(spark: Any, spec: JobSpec, staging: str, records_dir
         token=spec.token,
         compression=spec.options.get("parquet_compression"),
         plain_columns=spec.options.get("parquet_plain_columns"),
+        slots=task_slots(spark, spec.min_partitions),
         **reader_settings(spec),
     )
 

@@ -147,11 +147,20 @@ def test_three_batches_and_a_rerun_hold_every_record_exactly_once(
     produced += produce(bootstrap, t, count=80, partitions=PARTITIONS, start_id=80)  # 40 per partition
     plans[2] = {(t, 0): (20, 40), (t, 1): (20, 40), (t, 2): (15, 40), (t, 3): (12, 40)}
     specs[2] = make_spec(tmp_path, bootstrap, 2, plans[2], sink=sink, options=options)
-    assert_metrics_match(run_batch(spark, specs[2]), specs[2])
+    group = f"kbp-acceptance-{writer}"
+    spark.sparkContext.setJobGroup(group, "batch 2")
+    try:
+        assert_metrics_match(run_batch(spark, specs[2]), specs[2])
+    finally:
+        spark.sparkContext.setJobGroup(None, None)
     manifest = sink_mod.read_manifest(str(sink), 2)
     assert manifest.get("writer", "spark") == writer
     if writer == "arrow":  # one file per piece: 20 + 20 + 25 + 28 offsets in pieces of at most 7
         assert len(manifest["files"]) == 3 + 3 + 4 + 4
+        # ... written by one task per slot of local[2], not one per piece
+        tracker = spark.sparkContext.statusTracker()
+        stages = [s for j in tracker.getJobIdsForGroup(group) for s in tracker.getJobInfo(j).stageIds]
+        assert [tracker.getStageInfo(s).numTasks for s in stages] == [2]
 
     # Re-run batch 1 through the production command line, with the package shipped as a zip.
     rerun = make_spec(tmp_path, bootstrap, 1, plans[1], sink=sink, options=options)

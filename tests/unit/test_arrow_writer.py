@@ -41,3 +41,16 @@ def test_auto_picks_the_arrow_writer_only_for_the_python_readers_raw_records_in_
     assert arrow_codec(None) and arrow_codec("zstd") and not arrow_codec("lzo")
     # an explicit choice stands
     assert chosen_writer("spark", None, "python") == "spark" and chosen_writer("arrow", None, "python") == "arrow"
+
+
+def test_a_task_writes_every_piece_of_its_group_and_reports_each():
+    import pyarrow as pa
+
+    pieces = [OffsetRange("t", p, 0, 5) for p in range(3)]
+    task = RangeFileTask(pieces, {}, {}, "/s", "/s/_read", "tok1", None, None, groups=[[0, 2], [1]])
+    written: list[int] = []
+    task.write_piece = lambda index: written.append(index) or 5  # the reading and writing are the integration tests'
+    out = list(task(iter([pa.record_batch({"id": pa.array([0], pa.int64())})])))
+    assert written == [0, 2]
+    assert [b.to_pydict() for b in out] == [{"piece": [0], "rows": [5]}, {"piece": [2], "rows": [5]}]
+    assert RangeFileTask(pieces, {}, {}, "/s", "/s/_read", "tok1", None, None).groups == [[0], [1], [2]]

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_kafka_backpressure.models import OffsetRange
-from airflow_kafka_backpressure.spark.range_split import split_evenly, split_ranges
+from airflow_kafka_backpressure.spark.range_split import group_pieces, split_evenly, split_ranges
 
 
 def R(p: int, a: int, b: int, topic: str = "t") -> OffsetRange:
@@ -124,3 +124,30 @@ def test_splits_cover_every_range_exactly_once_within_bounds(spec, min_partition
         assert out == [r for r in ranges if r.count]
     if max_records is None and min_partitions is not None and non_empty >= min_partitions:
         assert out == [r for r in ranges if r.count]
+
+
+def test_pieces_beyond_the_slots_share_tasks_evenly_and_each_piece_is_in_one_group():
+    pieces = [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 0, 40), OffsetRange("t", 2, 0, 20), OffsetRange("t", 3, 0, 30)]
+    # largest first, each to the group with the fewest offsets: 40 | 30 | then 20 -> the 30, 10 -> the 40
+    assert group_pieces(pieces, 2) == [[0, 1], [2, 3]]
+    assert group_pieces(pieces, 3) == [[0, 2], [1], [3]]  # 40 | 30 | 20, then 10 -> the 20
+    assert group_pieces(pieces, None) == group_pieces(pieces, 4) == group_pieces(pieces, 9) == [[0], [1], [2], [3]]
+    assert group_pieces(pieces, 1) == [[0, 1, 2, 3]] and group_pieces([], 2) == []
+
+
+@pytest.mark.parametrize("slots", [0, -1, 1.5, True])
+def test_bad_slots_are_named(slots):
+    with pytest.raises(ValueError, match="slots must be a positive integer"):
+        group_pieces([OffsetRange("t", 0, 0, 1)], slots)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 1000), max_size=30), st.integers(1, 12))
+def test_groups_cover_every_piece_once_and_stay_within_the_largest_piece_of_each_other(sizes, slots):
+    pieces = [OffsetRange("t", i, 0, n) for i, n in enumerate(sizes)]
+    groups = group_pieces(pieces, slots)
+    assert sorted(i for g in groups for i in g) == list(range(len(pieces)))
+    assert len(groups) == min(slots, len(pieces)) and all(g == sorted(g) for g in groups)
+    loads = [sum(pieces[i].count for i in g) for g in groups]
+    if loads:  # greedy largest-first: no group exceeds another by more than the largest piece
+        assert max(loads) - min(loads) <= max(sizes)
