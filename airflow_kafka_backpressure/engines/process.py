@@ -12,14 +12,32 @@ from collections.abc import Iterable
 import psutil
 
 
-def children_since(started_at: float, markers: Iterable[str]) -> list[psutil.Process]:
-    """This process's direct children created at or after ``started_at`` (epoch seconds) whose
-    command line contains one of ``markers``."""
+def child_ids() -> frozenset[tuple[int, float]]:
+    """This process's direct children now, as (PID, create time): a process's identity (a PID can be
+    reused). Taken before a launch, for :func:`new_children`."""
+    out = set()
+    for child in psutil.Process().children(recursive=False):
+        try:
+            out.add((child.pid, child.create_time()))
+        except psutil.Error:
+            continue
+    return frozenset(out)
+
+
+def new_children(before: frozenset[tuple[int, float]], markers: Iterable[str]) -> list[psutil.Process]:
+    """This process's direct children that are not in ``before`` (:func:`child_ids`) and whose
+    command line contains one of ``markers``.
+
+    Not "created after the launch's wall-clock time": psutil derives a process's create time from
+    the boot time, which the kernel gives in whole seconds and which drifts from the wall clock, so
+    create times can be a second or more off ``time.time()`` (measured on a CI machine: 0.9 s
+    early, and a spark-submit started after the launch looked older than it, so a stop missed it).
+    Both sides of this comparison come from psutil."""
     wanted = tuple(markers)
     found = []
     for child in psutil.Process().children(recursive=False):
         try:
-            if child.create_time() + 0.5 < started_at:  # create_time has ~10 ms resolution
+            if (child.pid, child.create_time()) in before:
                 continue
             cmdline = " ".join(child.cmdline())
         except psutil.Error:

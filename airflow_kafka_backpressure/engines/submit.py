@@ -28,7 +28,6 @@ import logging
 import os
 import re
 import shutil
-import time
 import uuid
 import zipfile
 from collections.abc import Callable, Mapping
@@ -39,7 +38,7 @@ from .. import handoff
 from ..models import BatchMetrics, JobSpec
 from . import BatchJobError, Engine
 from .environment import spark_conf_defaults, spark_submit_env
-from .process import children_since, stop_processes, with_descendants
+from .process import child_ids, new_children, stop_processes, with_descendants
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +192,7 @@ class SubmitEngine(Engine):
         self.driver_memory = driver_memory
         self.spark_conf = dict(spark_conf or {})
         self._hook: Any = None
-        self._started_at: float | None = None
+        self._children_before: frozenset[tuple[int, float]] | None = None  # set when spark-submit starts
 
     @property
     def cluster_mode(self) -> bool:
@@ -241,7 +240,7 @@ class SubmitEngine(Engine):
             )
             if self.stop_reason is None:
                 self._hook = hook
-                self._started_at = time.time()
+                self._children_before = child_ids()
                 log.info(
                     "Submitting batch %s to %s (%s mode) with %s executor(s)",
                     plan.batch_id, self.master, self.deploy_mode, self.executors,
@@ -273,8 +272,8 @@ class SubmitEngine(Engine):
         )
 
     def _stop(self) -> None:
-        started = self._started_at
-        procs = with_descendants(children_since(started, _SPARK_SUBMIT_MARKERS)) if started else []
+        before = self._children_before
+        procs = with_descendants(new_children(before, _SPARK_SUBMIT_MARKERS)) if before is not None else []
         if self.cluster_mode and self._hook is not None:
             self._hook.on_kill()  # the application runs elsewhere: the provider knows how to kill it
         stop_processes(procs)
