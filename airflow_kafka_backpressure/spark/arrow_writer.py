@@ -12,9 +12,9 @@ Spark Connect alike: the reader's input partitions (:func:`.range_split.split_ra
 "pieces") go to ``k`` tasks, one per piece, or, when the caller knows the task slots (a classic
 session: the driver's ``defaultParallelism``, at least the executor target's cores), at most one
 per slot, each writing its pieces one after the other (:func:`.range_split.group_pieces`): a task
-has a fixed cost, and pieces past the slots would only run in later waves. Task ``i`` writes ``part-<i>-<token>.<codec>.parquet`` into the attempt's staging
-directory under a hidden temporary name and renames it there, then leaves the reader's completion
-record: a retried or speculative task rewrites the same file, and the sink's commit (the same as
+has a fixed cost, and pieces past the slots would only run in later waves. Piece ``i`` is written
+as ``part-<i>-<token>.<codec>.parquet`` into the attempt's staging directory under a hidden
+temporary name and renamed there; then the task leaves the reader's completion record for it: a retried or speculative task rewrites the same file, and the sink's commit (the same as
 the default writer's: fence, manifest, swap) keeps exactly the finished files. Files have the
 reader's schema (:data:`.kafka_arrow.KAFKA_ARROW_SCHEMA`, the one Spark writes for the raw source)
 and the sink's Parquet settings (compression, dictionary off for
@@ -81,7 +81,9 @@ class RangeFileTask:
         groups: Sequence[Sequence[int]] | None = None,
     ) -> None:
         self.pieces = [p.to_dict() for p in pieces]
-        self.groups = [list(g) for g in groups] if groups is not None else [[i] for i in range(len(pieces))]
+        from airflow_kafka_backpressure.spark.range_split import group_pieces
+
+        self.groups = [list(g) for g in (groups if groups is not None else group_pieces(pieces, None))]
         self.kafka_props = dict(kafka_props)
         self.read_options = dict(read_options)
         self.staging = staging
@@ -183,7 +185,8 @@ def write_ranges(
         return 0  # the commit writes the schema-only file of an empty batch
     groups = group_pieces(pieces, slots)
     task = RangeFileTask(
-        pieces, kafka_props, {**read_options, "client": client}, staging, records_dir, token, compression, plain_columns, groups
+        pieces, kafka_props, {**read_options, "client": client}, staging, records_dir, token, compression,
+        plain_columns, groups,
     )
     done = spark.range(0, len(groups), 1, len(groups)).mapInArrow(task, "piece long, rows long").collect()
     if sorted(int(row["piece"]) for row in done) != list(range(len(pieces))):
