@@ -20,7 +20,9 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,10 +79,6 @@ class LocalPostgres:
     """A throw-away PostgreSQL server in ``base_dir``; ``start()`` / ``stop()``."""
 
     def __init__(self, base_dir: Path, *, database: str = DATABASE, start_timeout_s: float = 60.0):
-        self.base_dir = base_dir
-        self.data_dir = base_dir / "data"
-        self.socket_dir = base_dir / "sock"
-        self.log_path = base_dir / "postgres.log"
         self.database = database
         self.start_timeout_s = start_timeout_s
         self.port: int | None = None
@@ -103,6 +101,18 @@ class LocalPostgres:
                     "initdb as (it refuses root). Create one (useradd -r postgres) or set "
                     f"{ENV_URL}."
                 )
+        # A checkout in a private directory (e.g. a clone in a 0700 temporary folder, run as root):
+        # the server's user could not reach base_dir, so the server lives in a folder of its own
+        # under the system's temporary directory instead, removed with it.
+        self._own_root: Path | None = None
+        if self.run_as is not None and not _searchable_by(base_dir.parent, self.run_as):
+            self._own_root = Path(tempfile.mkdtemp(prefix="kbp-postgres-"))
+            os.chmod(self._own_root, 0o711)  # searchable by the server's user, not listable
+            base_dir = self._own_root / base_dir.name
+        self.base_dir = base_dir
+        self.data_dir = base_dir / "data"
+        self.socket_dir = base_dir / "sock"
+        self.log_path = base_dir / "postgres.log"
 
     @property
     def url(self) -> str:
@@ -277,7 +287,30 @@ class LocalPostgres:
         try:
             self._kill()
         finally:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
+            shutil.rmtree(self._own_root or self.base_dir, ignore_errors=True)
+
+
+def _searchable_by(path: Path, user: str) -> bool:
+    """Whether ``user`` may search (x) ``path`` and every directory above it (by their modes)."""
+    import grp
+    import pwd
+
+    pw = pwd.getpwnam(user)
+    gids = {pw.pw_gid} | {g.gr_gid for g in grp.getgrall() if user in g.gr_mem}
+    for p in (path, *path.parents):
+        try:
+            st = p.stat()
+        except OSError:
+            continue  # not created yet: mkdir makes it with the default mode
+        if st.st_uid == pw.pw_uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid in gids:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return False
+    return True
 
 
 def _check_url(url: str) -> None:
