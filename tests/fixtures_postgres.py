@@ -106,7 +106,16 @@ class LocalPostgres:
         # under the system's temporary directory instead, removed with it.
         self._own_root: Path | None = None
         if self.run_as is not None and not _searchable_by(base_dir.parent, self.run_as):
-            self._own_root = Path(tempfile.mkdtemp(prefix="kbp-postgres-"))
+            user = self.run_as
+            # TMPDIR may point into the checkout itself (the Spark environment sets it there)
+            tmp = next((d for d in (tempfile.gettempdir(), "/tmp", "/var/tmp") if _searchable_by(Path(d), user)), None)
+            if tmp is None:
+                raise PostgresUnavailable(
+                    f"Running as root, the server runs as {user!r}, which can reach neither {base_dir.parent} "
+                    f"nor a temporary directory. Make {base_dir.parent} searchable (chmod o+x on each parent) "
+                    f"or set {ENV_URL}."
+                )
+            self._own_root = Path(tempfile.mkdtemp(prefix="kbp-postgres-", dir=tmp))
             os.chmod(self._own_root, 0o711)  # searchable by the server's user, not listable
             base_dir = self._own_root / base_dir.name
         self.base_dir = base_dir
