@@ -9,13 +9,19 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_a_short_soak_with_random_faults_loses_and_duplicates_nothing(tmp_path):
-    work = REPO / ".tmp" / f"soak-ci-{tmp_path.name}"
+def test_a_short_soak_with_random_faults_loses_and_duplicates_nothing():
+    # Inside the checkout (short paths for the sockets), in a folder of this run's own: the script
+    # refuses a work directory that exists, and a failed run keeps its folder for its logs.
+    (REPO / ".tmp").mkdir(exist_ok=True)
+    parent = Path(tempfile.mkdtemp(prefix="soak-ci-", dir=REPO / ".tmp"))
+    parent.chmod(0o755)  # as a plain mkdir would make it (the soak's servers may run as other users)
+    work = parent / "work"
     proc = subprocess.Popen(
         [
             sys.executable, str(REPO / "bench" / "soak.py"), "--batches", "8", "--fault-rate", "0.35",
@@ -36,7 +42,7 @@ def test_a_short_soak_with_random_faults_loses_and_duplicates_nothing(tmp_path):
     assert report["records_produced"] > 0 and report["records_written"] == report["records_produced"], report
     assert report["records_duplicated"] == report["records_missing"] == report["records_lost"] == 0, report
     assert not report["stuck_batches"] and not report["unrecovered_faults"], report
-    shutil.rmtree(work, ignore_errors=True)  # kept on failure: the logs of Airflow, its tasks, the broker
+    shutil.rmtree(parent, ignore_errors=True)  # kept on failure: the logs of Airflow, its tasks, the broker
     print(f"short soak: {report['batches']} batches, faults {report['faults']}, {report['records_written']} records")
 
 
