@@ -215,12 +215,9 @@ def run_lines(
     meet the same background load, so their ratios hold better on a shared machine.
 
     The lines of :data:`PAIRED` (the whole job) also get a run of the baseline just before each of
-    their runs, and ``paired[line]`` collects each run's ratio to that baseline run. The embedded
-    broker slows down as a run goes on (its fetches took 1.1-1.2 CPU-seconds per 100,000 one-record
-    batches when it was new and 1.5-1.8 after a few rounds of concurrent readers, measured with the
-    broker's CPU time), so a line's best and the baseline's best can come from brokers in different
-    states; adjacent runs share the broker's state. With ``results=None`` (warm-up rounds) nothing
-    is kept."""
+    their runs, and ``paired[line]`` collects each run's ratio to that baseline run (why: the module
+    doc); that baseline run does not count toward the baseline's best. With ``results=None``
+    (warm-up rounds) nothing is kept."""
     baseline = dict(lines).get(BASELINE)
     for _ in range(rounds):
         for label, fn in lines:

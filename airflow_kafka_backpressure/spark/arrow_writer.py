@@ -14,8 +14,9 @@ session: the driver's ``defaultParallelism``, at least the executor target's cor
 per slot, each writing its pieces one after the other (:func:`.range_split.group_pieces`): a task
 has a fixed cost, and pieces past the slots would only run in later waves. Piece ``i`` is written
 as ``part-<i>-<token>.<codec>.parquet`` into the attempt's staging directory under a hidden
-temporary name and renamed there; then the task leaves the reader's completion record for it: a retried or speculative task rewrites the same file, and the sink's commit (the same as
-the default writer's: fence, manifest, swap) keeps exactly the finished files. Files have the
+temporary name and renamed there; then the task leaves the reader's completion record for it: a
+retried or speculative task rewrites the same file, and the sink's commit (the same as the default
+writer's: fence, manifest, swap) keeps exactly the finished files. Files have the
 reader's schema (:data:`.kafka_arrow.KAFKA_ARROW_SCHEMA`, the one Spark writes for the raw source)
 and the sink's Parquet settings (compression, dictionary off for
 :data:`.sink.PLAIN_COLUMNS`).
