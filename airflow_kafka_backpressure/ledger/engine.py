@@ -15,6 +15,8 @@ password replaced by ``***`` and never quote the password.
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -68,7 +70,7 @@ def configure_sqlite(engine: Engine, timeout_s: float = DEFAULT_TIMEOUT_S) -> No
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute(f"PRAGMA busy_timeout={busy_ms}")
             if engine.url.database not in (None, "", ":memory:"):
-                cur.execute("PRAGMA journal_mode=WAL")
+                use_wal(cur, timeout_s)
                 cur.execute("PRAGMA synchronous=NORMAL")
         finally:
             cur.close()
@@ -81,6 +83,29 @@ def configure_sqlite(engine: Engine, timeout_s: float = DEFAULT_TIMEOUT_S) -> No
             conn.exec_driver_sql("BEGIN")
         else:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def use_wal(cur: Any, timeout_s: float) -> None:
+    """Put the SQLite file behind ``cur`` in WAL mode, waiting up to ``timeout_s`` for other connections.
+
+    WAL is a property of the file: once set it stays, so a connection to a ledger in WAL mode only
+    reads the mode. Switching a new file to WAL needs the file to itself, and SQLite answers
+    "database is locked" at once (its busy timeout does not cover the switch) when several processes
+    open a new ledger together: several Airflow tasks on a fresh installation. So wait and retry here,
+    bounded like every other ledger call.
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = 0.005
+    while True:
+        try:
+            if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
 
 
 def _configure_postgresql(engine: Engine, timeout_s: float) -> None:
