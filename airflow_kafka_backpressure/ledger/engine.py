@@ -70,7 +70,7 @@ def configure_sqlite(engine: Engine, timeout_s: float = DEFAULT_TIMEOUT_S) -> No
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute(f"PRAGMA busy_timeout={busy_ms}")
             if engine.url.database not in (None, "", ":memory:"):
-                use_wal(cur, timeout_s)
+                _use_wal(cur, timeout_s)
                 cur.execute("PRAGMA synchronous=NORMAL")
         finally:
             cur.close()
@@ -85,7 +85,7 @@ def configure_sqlite(engine: Engine, timeout_s: float = DEFAULT_TIMEOUT_S) -> No
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def use_wal(cur: Any, timeout_s: float) -> None:
+def _use_wal(cur: Any, timeout_s: float) -> None:
     """Put the SQLite file behind ``cur`` in WAL mode, waiting up to ``timeout_s`` for other connections.
 
     WAL is a property of the file: once set it stays, so a connection to a ledger in WAL mode only

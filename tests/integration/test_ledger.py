@@ -624,7 +624,7 @@ def test_tasks_opening_a_new_sqlite_ledger_together_all_get_in(tmp_path):
             return conn.exec_driver_sql("PRAGMA journal_mode").scalar()
 
     for round_ in range(40):
-        url = f"sqlite:///{tmp_path / f'round-{round_}' / 'ledger.db'}"
-        (tmp_path / f"round-{round_}").mkdir()
-        results = with_ledgers_at_once(url, 6, first_query)
+        folder = tmp_path / f"round-{round_}"
+        folder.mkdir()  # only the ledger's upgrade creates a missing folder, not a bare connection
+        results = with_ledgers_at_once(f"sqlite:///{folder / 'ledger.db'}", 6, first_query)
         assert results == ["wal"] * 6, (round_, results)
