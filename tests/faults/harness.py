@@ -8,7 +8,9 @@ operations (clearing a run, ``airflow backfill create``).
 :class:`Standalone` runs ``airflow standalone`` in a temporary ``AIRFLOW_HOME`` in its own session
 (process group). :meth:`Standalone.stop` stops that group **and** every process found under it by
 a psutil tree walk from its PID (task processes, ``spark-submit`` JVMs), first with SIGTERM, then
-SIGKILL — by PID, never by name.
+SIGKILL — by PID, never by name; likewise the session of every scheduler started in place of a dead
+one (:meth:`Standalone.revive_scheduler`), whose tasks run there. Every process lookup of the
+harness (:meth:`Standalone.processes`) covers all of these sessions.
 
 :func:`check_pipeline` reads the sink back with pyarrow (not Spark, not the job's code) and says
 what is wrong: a record missing and not recorded as lost, a record twice, the consumer group short
@@ -131,7 +133,9 @@ class Standalone:
     extra_env: dict[str, str] = field(default_factory=dict)
     port: int = 0
     proc: subprocess.Popen | None = None
-    replacement_scheduler: subprocess.Popen | None = None
+    #: Schedulers started in place of a dead one (:meth:`revive_scheduler`), the live one last. Each
+    #: runs in a session of its own, which holds the tasks its executor started.
+    replacement_schedulers: list[subprocess.Popen] = field(default_factory=list)
     jwt_secret: str = field(default_factory=lambda: secrets.token_hex(48))
     secret_key: str = field(default_factory=lambda: secrets.token_hex(32))
     _token: str | None = None
@@ -219,13 +223,28 @@ class Standalone:
             raise
         return self
 
+    def processes(self) -> list[psutil.Process]:
+        """Every process of this installation: the standalone's tree and session, and the tree of a
+        scheduler started in its place (:meth:`revive_scheduler`; its own session), whose executor
+        runs the tasks, and so the Spark drivers, from then on."""
+        found: dict[int, psutil.Process] = {}
+        for root in (self.proc, *self.replacement_schedulers):
+            if root is not None:
+                found.update((p.pid, p) for p in process_tree(root.pid))
+        return list(found.values())
+
+    def schedulers(self) -> list[psutil.Process]:
+        """The ``airflow scheduler`` processes of this installation (a dead one is not listed)."""
+        return [p for p in self.processes() if cmdline(p).endswith(" scheduler")]
+
     def scheduler_running(self) -> bool:
         """Whether the standalone's scheduler process (``airflow scheduler``) is alive."""
-        if self.replacement_scheduler is not None and self.replacement_scheduler.poll() is None:
-            return not self._loop_ended(self.home / "scheduler.log")
+        if self.replacement_schedulers:
+            live = self.replacement_schedulers[-1]
+            return live.poll() is None and not self._loop_ended(self.home / "scheduler.log")
         if self.proc is None or self._loop_ended(self.home / "standalone.log"):
             return False
-        return any(cmdline(p).endswith(" scheduler") for p in process_tree(self.proc.pid))
+        return bool(self.schedulers())
 
     @staticmethod
     def _loop_ended(log: Path) -> bool:
@@ -239,29 +258,28 @@ class Standalone:
         """Start a scheduler when the standalone's has died (``airflow standalone`` does not restart
         it). Seen once under load: after ``airflow backfill create`` Airflow's scheduler hit an
         IntegrityError creating the backfill runs' task instances in the SQLite metadata DB, and
-        its loop ended; every later step then waited for nothing. Returns whether it did."""
+        its loop ended; every later step then waited for nothing. Returns whether it did.
+
+        Only the dead scheduler's process is stopped: the tasks it started run on (their supervisors
+        report to the API server), as when a production scheduler dies."""
         if self.proc is None or self.scheduler_running():
             return False
-        if self.replacement_scheduler is not None:
-            stop_tree(self.replacement_scheduler.pid)
-        for p in process_tree(self.proc.pid):  # a scheduler whose loop ended, still running
-            if cmdline(p).endswith(" scheduler"):
-                stop_processes([p], grace_s=10.0)
+        stop_processes(self.schedulers(), grace_s=10.0)  # a scheduler whose loop ended, still running
         (self.home / "scheduler.log").unlink(missing_ok=True)
         warnings.warn(f"airflow scheduler died (see {self.home / 'standalone.log'}): started a new one", stacklevel=2)
         log = open(self.home / "scheduler.log", "ab")
         try:
-            self.replacement_scheduler = subprocess.Popen(
+            self.replacement_schedulers.append(subprocess.Popen(
                 [str(Path(sys.executable).parent / "airflow"), "scheduler"], env=self.env(), cwd=self.home,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
+            ))
         finally:
             log.close()
         return True
 
     def stop(self) -> list[int]:
-        replacement, self.replacement_scheduler = self.replacement_scheduler, None
-        killed = stop_tree(replacement.pid) if replacement is not None else []
+        replacements, self.replacement_schedulers = self.replacement_schedulers, []
+        killed = [pid for r in replacements for pid in stop_tree(r.pid)]
         proc, self.proc = self.proc, None
         if proc is None:
             return killed
@@ -370,10 +388,8 @@ class Standalone:
     def task_processes(self, dag_id: str, task_id: str) -> list[psutil.Process]:
         """Task processes of this installation running ``dag_id``/``task_id`` (their command lines
         name neither, so: the parents of JVMs, found through the supervisor's process title)."""
-        if self.proc is None:
-            return []
         out = []
-        for p in process_tree(self.proc.pid):
+        for p in self.processes():
             line = cmdline(p)
             if dag_id in line and task_id in line:
                 out.append(p)
@@ -381,10 +397,8 @@ class Standalone:
 
     def spark_drivers(self, app_name: str) -> list[psutil.Process]:
         """The spark-submit JVMs (the driver, client mode) running application ``app_name``."""
-        if self.proc is None:
-            return []
         return [
-            p for p in process_tree(self.proc.pid)
+            p for p in self.processes()
             if "org.apache.spark.deploy.SparkSubmit" in cmdline(p) and app_name in cmdline(p)
             # spark-class first runs a short-lived launcher JVM that builds the driver's command line
             and "org.apache.spark.launcher.Main" not in cmdline(p)

@@ -1,5 +1,5 @@
-"""Processes killed mid-batch under a real scheduler: the Spark driver, and the Airflow task after
-its batch's output was swapped into the sink but before the ledger marked it."""
+"""Processes killed mid-batch under a real scheduler: the Spark driver, the Airflow task after its
+batch's output was swapped into the sink but before the ledger marked it, and the scheduler."""
 
 from __future__ import annotations
 
@@ -45,3 +45,28 @@ def test_sigkill_of_the_task_after_the_sink_swap_leaves_one_copy(rig):
 
     rig.assert_recovered(p, 400, "task kill after swap")
     assert ledger.batch(batch_id).status == "replayed", ledger.batch(batch_id)
+
+
+def test_sigkill_of_the_scheduler_mid_batch_costs_no_record(rig):
+    """Airflow's scheduler dies while a batch's Spark job runs (``airflow standalone`` does not
+    restart it); a new scheduler takes over, its executor launches the next batches, and every
+    record is in the sink once."""
+    p = rig.pipeline("scheduler_kill")
+    rig.produce(p, 300, 0)
+    rig.start(p)
+    app = f"kbp-{p.name}-batch-"
+    in_flight = wait_for("a Spark driver of the pipeline", lambda: rig.standalone.spark_drivers(app), STEP_TIMEOUT_S, every_s=0.5)
+    schedulers = rig.standalone.schedulers()
+    assert schedulers, "no airflow scheduler process found"
+    for s in schedulers:
+        s.send_signal(signal.SIGKILL)
+    assert rig.standalone.revive_scheduler(), "the killed scheduler still counts as running"
+    rig.produce(p, 100, 300)
+    # the new scheduler's tasks run in its own session: the harness must still see their drivers
+    wait_for(
+        "a Spark driver launched under the new scheduler",
+        lambda: [d for d in rig.standalone.spark_drivers(app) if d.pid not in {x.pid for x in in_flight}],
+        STEP_TIMEOUT_S, every_s=0.5,
+    )
+
+    rig.assert_recovered(p, 400, "scheduler kill")
