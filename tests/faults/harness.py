@@ -224,13 +224,13 @@ class Standalone:
         return self
 
     def processes(self) -> list[psutil.Process]:
-        """Every process of this installation: the standalone's tree and session, and the tree of a
-        scheduler started in its place (:meth:`revive_scheduler`; its own session), whose executor
-        runs the tasks, and so the Spark drivers, from then on."""
+        """Every process of this installation: the standalone's tree and session, and the tree and
+        session of every scheduler started in place of a dead one (:meth:`revive_scheduler`), whose
+        executor runs the tasks, and so the Spark drivers, from then on."""
         found: dict[int, psutil.Process] = {}
-        for root in (self.proc, *self.replacement_schedulers):
-            if root is not None:
-                found.update((p.pid, p) for p in process_tree(root.pid))
+        roots = ([self.proc] if self.proc is not None else []) + self.replacement_schedulers
+        for root in roots:
+            found.update((p.pid, p) for p in process_tree(root.pid))
         return list(found.values())
 
     def schedulers(self) -> list[psutil.Process]:
@@ -238,7 +238,8 @@ class Standalone:
         return [p for p in self.processes() if cmdline(p).endswith(" scheduler")]
 
     def scheduler_running(self) -> bool:
-        """Whether the standalone's scheduler process (``airflow scheduler``) is alive."""
+        """Whether this installation's scheduler (the standalone's, or the last one started in its
+        place) is alive and its loop has not ended."""
         if self.replacement_schedulers:
             live = self.replacement_schedulers[-1]
             return live.poll() is None and not self._loop_ended(self.home / "scheduler.log")
@@ -256,7 +257,7 @@ class Standalone:
 
     def revive_scheduler(self) -> bool:
         """Start a scheduler when the standalone's has died (``airflow standalone`` does not restart
-        it). Seen once under load: after ``airflow backfill create`` Airflow's scheduler hit an
+        it). Seen twice under load: after ``airflow backfill create`` Airflow's scheduler hit an
         IntegrityError creating the backfill runs' task instances in the SQLite metadata DB, and
         its loop ended; every later step then waited for nothing. Returns whether it did.
 
