@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._fault_points import emulated_earliest
 from .kafka_config import redact, to_kafka_python
 from .models import TopicPartition
 
@@ -200,8 +199,7 @@ class KafkaOffsets:
         return {TopicPartition(k.topic, k.partition): int(v) for k, v in result.items()}
 
     def earliest_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        # emulated_earliest: the fault suite's retention emulation (tests only; inert otherwise)
-        return emulated_earliest(self._offsets("earliest offsets", self.consumer.beginning_offsets, tps))
+        return self._offsets("earliest offsets", self.consumer.beginning_offsets, tps)
 
     def latest_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self._offsets("latest offsets", self.consumer.end_offsets, tps)

@@ -45,7 +45,7 @@ def one_batch(args: argparse.Namespace) -> None:
 
     ranges = tuple(OffsetRange(args.topic, p, 0, args.per_partition) for p in range(args.partitions))
     plan = BatchPlan("bench", args.batch_id, f"bench-{args.batch_id}", ranges, args.sink, 60_000, int(time.time() * 1000))
-    hook = SparkBatchHook(engine=args.engine, reader="python", timeout_s=1800)
+    hook = SparkBatchHook(engine=args.engine, reader=args.reader, timeout_s=1800)
     t0 = time.monotonic()
     metrics = hook.run(plan, 1, {"bootstrap.servers": args.bootstrap})
     wall = time.monotonic() - t0
@@ -90,12 +90,14 @@ def main() -> None:
     ap.add_argument("--batch-id", type=int)
     ap.add_argument("--sink")
     ap.add_argument("--bootstrap")
+    ap.add_argument("--reader", default="auto", help="auto (Spark's Kafka connector is on both engines: native) or python")
     args = ap.parse_args()
     if args.one:
         return one_batch(args)
 
     from airflow_kafka_backpressure.engines.environment import spark_submit_env
-    from airflow_kafka_backpressure.local.broker import TansuBroker
+    from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
+    from airflow_kafka_backpressure.local.jars import spark_kafka_conf, write_spark_defaults
     from airflow_kafka_backpressure.local.producer import ensure_topic
     from airflow_kafka_backpressure.local.spark_connect import SparkConnectServer
     from reader_throughput import produce_records
@@ -105,6 +107,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-overhead-", dir=tmp_root))
     env = dict(os.environ)
     env.update(spark_submit_env(work / "submit-env"))
+    # Spark's Kafka connector for spark-submit (the Connect server gets it below)
+    write_spark_defaults(work / "spark-conf", spark_kafka_conf())
+    env["SPARK_CONF_DIR"] = str(work / "spark-conf")
     env.update(
         AIRFLOW_HOME=str(work / "airflow"),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
@@ -118,7 +123,7 @@ def main() -> None:
     small: dict[str, list[float]] = {}
     big: dict[str, dict] = {}
     try:
-        with TansuBroker(log_path=work / "tansu.log") as broker, SparkConnectServer(work / "connect") as server:
+        with KafkaBroker(work / "kafka") as broker, SparkConnectServer(work / "connect", conf=spark_kafka_conf()) as server:
             host, _, port = server.url.rpartition(":")
             env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps({"conn_type": "spark_connect", "host": host, "port": int(port)})
             p = args.partitions

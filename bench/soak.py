@@ -44,7 +44,8 @@ sys.path.insert(0, str(REPO))
 
 from airflow_kafka_backpressure._fault_points import PAUSE_AFTER_COMMIT_DIR_ENV  # noqa: E402
 from airflow_kafka_backpressure.ledger import Ledger  # noqa: E402
-from airflow_kafka_backpressure.local.broker import TansuBroker  # noqa: E402
+from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker  # noqa: E402
+from airflow_kafka_backpressure.local.jars import spark_kafka_conf, write_spark_defaults  # noqa: E402
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce  # noqa: E402
 from airflow_kafka_backpressure.pipeline import PipelineConfig  # noqa: E402
 from tests.faults.harness import HarnessError, Standalone, check_pipeline, wait_for, wait_until_consistent  # noqa: E402
@@ -79,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.work_dir)
     root.mkdir(parents=True, exist_ok=False)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    broker = TansuBroker(log_path=root / "broker.log").start()
+    # Spark's Kafka connector for every spark-submit of the pipeline (the native reader)
+    write_spark_defaults(root / "spark-conf", spark_kafka_conf())
+    os.environ["SPARK_CONF_DIR"] = str(root / "spark-conf")
+    broker = KafkaBroker(root / "kafka").start()
     postgres = LocalPostgres(root / "pg")
     standalone = None
     stop_producing = threading.Event()
@@ -89,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         p = PipelineConfig(
             name="soak", topics=("soak-events",), sink=str(root / "sink"), ledger_conn_id="kbp_ledger_soak",
             batch_interval_s=args.interval_s, replay_interval_s=args.interval_s * 4 / 3, lease_s=20,
-            stall_timeout_s=20, batch_timeout_s=480, reader="python", driver_memory="512m",
+            stall_timeout_s=20, batch_timeout_s=480, driver_memory="512m",
         )
         ensure_topic(broker.bootstrap, p.topics[0], 2)
         pause_dir = root / "pause"
@@ -211,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         postgres.stop()
 
 
-def inject(kind: str, *, driver, standalone: Standalone, broker: TansuBroker, postgres: LocalPostgres,
+def inject(kind: str, *, driver, standalone: Standalone, broker: KafkaBroker, postgres: LocalPostgres,
            p: PipelineConfig, ledger: Ledger, pause_dir: Path, args, rng: random.Random) -> None:
     if kind == "driver_kill":
         time.sleep(rng.uniform(1, 5))

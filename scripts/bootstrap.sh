@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Install what the project needs on a fresh Debian machine (idempotent, quick when nothing changed):
-#   - Java 17 for Spark (Debian's openjdk-17-jre-headless, when no java is on PATH),
+#   - Java 17 for Spark and Kafka (Debian's openjdk-17-jre-headless, when no java is on PATH),
+#   - Maven (Debian's maven, when no mvn is on PATH), which fetches the Java jars below,
 #   - .venv with the package, its test and local extras, pinned by constraints.txt
-#     (Airflow's own constraints file is not reachable here; pyspark must match pyspark-client).
+#     (Airflow's own constraints file is not reachable here; pyspark must match pyspark-client),
+#   - Apache Kafka's broker jars and Spark's Kafka connector, from Maven Central into the jar cache
+#     (~/.cache/airflow-kafka-backpressure/jars, or $KBP_JARS_CACHE): airflow_kafka_backpressure.local.jars.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -20,6 +23,16 @@ if ! command -v java >/dev/null 2>&1; then
     fi
 fi
 
+if ! command -v mvn >/dev/null 2>&1; then
+    if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        log "installing Maven (maven)"
+        apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends maven >&2
+    else
+        log "ERROR: fetching Kafka's and Spark's Kafka connector jars needs Maven (mvn) on PATH; install maven"; exit 1
+    fi
+fi
+
 if [[ ! -x .venv/bin/python ]]; then
     log "creating .venv with $($PYTHON --version)"
     "$PYTHON" -m venv .venv
@@ -32,3 +45,6 @@ if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
     .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,local]' >&2
     echo "$want" > "$stamp"
 fi
+
+# Kafka's broker and Spark's connector, fetched once (a second run finds them in the cache)
+.venv/bin/python -c 'from airflow_kafka_backpressure.local import jars; jars.kafka_broker_jars(); jars.spark_kafka_jars()' >&2

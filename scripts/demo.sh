@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The demo, in one command: the embedded Kafka-protocol broker, demo data (a burst, then a steady
+# The demo, in one command: Apache Kafka (KRaft, one node, jars from Maven Central), demo data (a burst, then a steady
 # stream), a local Spark Connect server (local[2]) and `airflow standalone` on 127.0.0.1 with the
 # demo pipeline's DAGs unpaused. Every minute the ingest DAG plans a batch with the controller,
-# runs it on the Connect server (the connect engine) and writes Parquet under .demo/sink. Ctrl-C
+# runs it on the Connect server (the connect engine; Spark's own Kafka reader, format("kafka"))
+# and writes Parquet under .demo/sink. Ctrl-C
 # stops everything this script started.
 #
 # Settings (environment): KBP_DEMO_DIR [.demo], KBP_DEMO_UI_PORT [8080, or a free port],
@@ -51,10 +52,13 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "starting the broker on $BOOTSTRAP" >&2
-setsid "$PY" -m airflow_kafka_backpressure.local broker --port "$BROKER_PORT" --log "$DEMO/broker.log" > "$DEMO/broker.out" &
+setsid "$PY" -m airflow_kafka_backpressure.local broker --port "$BROKER_PORT" --work-dir "$DEMO/kafka" > "$DEMO/broker.out" 2>&1 &
 pids+=($!)
-for _ in $(seq 300); do grep -q listening "$DEMO/broker.out" 2>/dev/null && break; sleep 0.1; done
-grep -q listening "$DEMO/broker.out" || { echo "the broker did not start; see $DEMO/broker.log" >&2; exit 1; }
+for _ in $(seq 1200); do grep -q listening "$DEMO/broker.out" 2>/dev/null && break; kill -0 "${pids[-1]}" 2>/dev/null || break; sleep 0.1; done
+grep -q listening "$DEMO/broker.out" || { echo "Kafka did not start; see $DEMO/broker.out and $DEMO/kafka/kafka.log" >&2; exit 1; }
+# Spark's Kafka connector for every spark-submit of the demo (the submit engine's batches)
+"$PY" -m airflow_kafka_backpressure.local spark-conf --dir "$DEMO/spark-conf" >&2
+export SPARK_CONF_DIR="$DEMO/spark-conf"
 
 echo "producing a burst of 30000 demo records, then ${KBP_DEMO_RATE:-200} records/s" >&2
 "$PY" -m airflow_kafka_backpressure.local produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --partitions 4 --count 30000 >&2
@@ -121,7 +125,7 @@ cat <<MSG
 
   Airflow UI   http://127.0.0.1:$UI_PORT      user: admin   password: $PASSWORD
   Monitor      http://127.0.0.1:$UI_PORT/plugin/kafka-backpressure   (Browse -> Kafka Backpressure)
-  Broker       $BOOTSTRAP, topic $TOPIC (4 partitions), ${KBP_DEMO_RATE:-200} records/s
+  Broker       Apache Kafka $BOOTSTRAP, topic $TOPIC (4 partitions), ${KBP_DEMO_RATE:-200} records/s
   Spark        engine $ENGINE$([[ "$ENGINE" == connect ]] && echo ", Connect server sc://127.0.0.1:$CONNECT_PORT (local[2])" || echo ", spark-submit --master local[2] per batch")
   Output       $DEMO/sink/batch_id=N/*.parquet
   Logs         $DEMO/*.log

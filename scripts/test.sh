@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the whole test suite on this machine: installs everything first (see bootstrap.sh).
-# Real parts only: the Tansu broker, Spark (local[2] and a standalone master+worker), Airflow
+# Real parts only: Apache Kafka (KRaft) with Spark's Kafka connector, Spark (local[2] and a standalone master+worker), Airflow
 # (dag.test against SQLite) and PostgreSQL. Extra arguments go to pytest.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -55,16 +55,33 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker():
-    """A real Kafka-protocol broker (Tansu) on 127.0.0.1 and a free port, for the whole session."""
-    from airflow_kafka_backpressure.local.broker import TansuBroker
+def spark_kafka_connector() -> str:
+    """Spark's Kafka connector for every Spark this session starts: its jars (fetched from Maven
+    Central once into the jar cache) in the ``spark-defaults.conf`` of a ``SPARK_CONF_DIR`` set for
+    the session, as a cluster's defaults would carry them. spark-submit, the local[2] session, the
+    Connect server and the Airflow tasks all read it, so ``reader="auto"`` picks the native reader.
+    Returns the folder."""
+    from airflow_kafka_backpressure.local.jars import spark_kafka_conf, write_spark_defaults
 
-    broker = TansuBroker(log_path=TMP_ROOT / f"tansu-{os.getpid()}.log")
+    conf_dir = TMP_ROOT / f"spark-conf-{os.getpid()}"
+    write_spark_defaults(conf_dir, spark_kafka_conf())
+    os.environ["SPARK_CONF_DIR"] = str(conf_dir)
+    return str(conf_dir)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(spark_kafka_connector):
+    """Apache Kafka (KRaft, one node) on 127.0.0.1 and free ports, for the whole session."""
+    from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
+
+    work = TMP_ROOT / f"kafka-{os.getpid()}"
+    broker = KafkaBroker(work)
     broker.start()
     try:
         yield broker
     finally:
         broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture

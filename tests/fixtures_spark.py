@@ -34,7 +34,7 @@ def spark_work_dir() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-def spark(spark_work_dir: Path) -> Iterator[object]:
+def spark(spark_work_dir: Path, spark_kafka_connector: str) -> Iterator[object]:
     from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
 
     # The py4j gateway starts the JVM through spark-submit with this process's environment.
@@ -78,7 +78,7 @@ def _shutdown_gateway() -> None:
 
 
 @pytest.fixture(scope="session")
-def spark_submit(spark_work_dir: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+def spark_submit(spark_work_dir: Path, spark_kafka_connector: str) -> Callable[..., subprocess.CompletedProcess[str]]:
     from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
 
     def run(
@@ -295,7 +295,7 @@ def spark_standalone() -> Iterator[StandaloneCluster]:
 
 
 @pytest.fixture(scope="session")
-def spark_connect() -> Iterator[object]:
+def spark_connect(spark_kafka_connector: str) -> Iterator[object]:
     """A Spark Connect server (``local[2]``) on 127.0.0.1 and a free port, for the whole session:
     the connect engine's embedded default (:class:`~airflow_kafka_backpressure.local.spark_connect.SparkConnectServer`).
     Stopped (its whole process group) at the end."""

@@ -1,13 +1,20 @@
 """Command line for the embedded defaults.
 
-    python -m airflow_kafka_backpressure.local broker [--port 19092]
+    python -m airflow_kafka_backpressure.local broker [--port 19092] [--work-dir DIR] [--tansu]
     python -m airflow_kafka_backpressure.local spark-connect [--port 15002] [--master local[2]] [--work-dir DIR]
+    python -m airflow_kafka_backpressure.local spark-conf --dir DIR
     python -m airflow_kafka_backpressure.local produce --bootstrap 127.0.0.1:19092 --topic demo-events \\
         --partitions 4 [--count N | --rate R]
 
-``broker`` runs in the foreground until SIGTERM/SIGINT and prints its bootstrap address once it
-answers metadata. ``spark-connect`` does the same for a Spark Connect server (the connect engine's
-``spark_connect`` connection: host ``sc://127.0.0.1``, the printed port).
+``broker`` runs Apache Kafka (KRaft, one node; jars fetched from Maven Central once) in the
+foreground until SIGTERM/SIGINT and prints its bootstrap address once it answers metadata; its data
+and log are in ``--work-dir``. ``--tansu`` runs the Tansu broker of the ``tansu`` extra instead (a
+Kafka-protocol broker in memory, starting in milliseconds, with deviations from Kafka: see the
+README). ``spark-connect`` does the same for a Spark Connect server (the connect engine's
+``spark_connect`` connection: host ``sc://127.0.0.1``, the printed port), with Spark's Kafka
+connector on its classpath unless ``--no-kafka-connector``. ``spark-conf`` writes a
+``spark-defaults.conf`` into ``--dir`` that puts the connector's cached jars on every Spark started
+with ``SPARK_CONF_DIR=DIR`` (spark-submit, the submit engine).
 ``produce`` creates the topic if needed and writes demo records with unique ids.
 """
 
@@ -19,12 +26,14 @@ import sys
 import threading
 from collections.abc import Callable
 
+from .apache_kafka import KafkaBroker
 from .broker import TansuBroker
+from .jars import spark_kafka_conf, write_spark_defaults
 from .producer import ensure_topic, produce
 from .spark_connect import SparkConnectServer
 
 
-def _serve(server: TansuBroker | SparkConnectServer, listening: Callable[[], str], exited: str) -> int:
+def _serve(server: KafkaBroker | TansuBroker | SparkConnectServer, listening: Callable[[], str], exited: str) -> int:
     """Start ``server``, print ``listening()`` once it answers, run until SIGTERM/SIGINT (exit 0)
     or until its process exits (print ``exited``, exit 1); stop it either way."""
     stop = threading.Event()
@@ -43,16 +52,30 @@ def _serve(server: TansuBroker | SparkConnectServer, listening: Callable[[], str
 
 
 def _broker(args: argparse.Namespace) -> int:
-    broker = TansuBroker(port=args.port, log_path=args.log)
+    if args.tansu:
+        tansu = TansuBroker(port=args.port, log_path=args.log)
+        return _serve(
+            tansu,
+            lambda: f"Kafka-protocol broker (Tansu) listening on {tansu.bootstrap}, pid {tansu.pid}",
+            "broker process exited",
+        )
+    broker = KafkaBroker(args.work_dir, port=args.port)
     return _serve(
         broker,
-        lambda: f"Kafka-protocol broker (Tansu) listening on {broker.bootstrap}, pid {broker.pid}",
-        "broker process exited",
+        lambda: f"Apache Kafka (KRaft) listening on {broker.bootstrap}, pid {broker.pid}, log {broker.log_path}",
+        f"Kafka exited; see {broker.log_path}",
     )
 
 
+def _spark_conf(args: argparse.Namespace) -> int:
+    path = write_spark_defaults(args.dir, spark_kafka_conf())
+    print(f"wrote {path}: run Spark with SPARK_CONF_DIR={args.dir}", flush=True)
+    return 0
+
+
 def _spark_connect(args: argparse.Namespace) -> int:
-    server = SparkConnectServer(args.work_dir, port=args.port, master=args.master)
+    conf = spark_kafka_conf() if args.kafka_connector else {}
+    server = SparkConnectServer(args.work_dir, port=args.port, master=args.master, conf=conf)
     return _serve(
         server,
         lambda: f"Spark Connect server listening on {server.url} (master {server.master}), pid {server.pid}",
@@ -83,15 +106,24 @@ def _produce(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m airflow_kafka_backpressure.local")
     sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("broker", help="run the embedded Tansu broker on 127.0.0.1")
+    b = sub.add_parser("broker", help="run Apache Kafka (KRaft, one node) on 127.0.0.1")
     b.add_argument("--port", type=int, default=None, help="port (default: a free one)")
-    b.add_argument("--log", default=None, help="append the broker's output to this file")
+    b.add_argument("--work-dir", default="kbp-kafka", help="Kafka's data, configuration and log (kafka.log)")
+    b.add_argument("--tansu", action="store_true", help="run the in-memory Tansu broker instead (the tansu extra)")
+    b.add_argument("--log", default=None, help="with --tansu: append the broker's output to this file")
     b.set_defaults(func=_broker)
     c = sub.add_parser("spark-connect", help="run a Spark Connect server on 127.0.0.1 (from the installed pyspark)")
     c.add_argument("--port", type=int, default=None, help="gRPC port (default: a free one)")
     c.add_argument("--master", default="local[2]", help="Spark master of the server (default local[2])")
     c.add_argument("--work-dir", default="kbp-spark-connect", help="scratch directory and log (spark-connect.log)")
+    c.add_argument(
+        "--no-kafka-connector", dest="kafka_connector", action="store_false",
+        help="leave Spark's Kafka connector off the server's classpath (only the Python reader then)",
+    )
     c.set_defaults(func=_spark_connect)
+    f = sub.add_parser("spark-conf", help="write a spark-defaults.conf with Spark's Kafka connector")
+    f.add_argument("--dir", required=True, help="the SPARK_CONF_DIR to write")
+    f.set_defaults(func=_spark_conf)
     p = sub.add_parser("produce", help="write demo records with unique ids")
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--topic", required=True)

@@ -1,10 +1,5 @@
-"""Demo data: keyed JSON records with unique, consecutive ids.
-
-Each record goes out in its own record batch (``batch_size=1``): the embedded Tansu broker answers
-``ListOffsets(LATEST)`` with the last *batch's* base offset + 1, which is only right when every batch
-holds one record (see the project's notes on the broker). Against Apache Kafka this costs nothing
-in correctness, only throughput.
-"""
+"""Demo data: keyed JSON records with unique, consecutive ids, produced in record batches as a
+real producer sends them (the client's ``linger.ms`` and ``batch.size``)."""
 
 from __future__ import annotations
 
@@ -71,8 +66,7 @@ def produce(
     producer = new_client(
         KafkaProducer,
         bootstrap_servers=bootstrap,
-        batch_size=1,
-        linger_ms=0,
+        linger_ms=5,
         acks="all",
         client_id="kbp-demo-producer",
         **(client_config or {}),

@@ -71,17 +71,28 @@ __all__ = ["JobError", "check_bounds", "main", "range_problems", "run_batch"]
 
 
 def native_reader_available(spark: Any) -> bool:
-    """True when Spark's Kafka connector (``spark-sql-kafka-0-10``) is on the driver classpath of a
-    classic session. A Spark Connect client cannot look: False."""
+    """True when Spark's Kafka connector (``spark-sql-kafka-0-10``) is on the driver's classpath:
+    a classic session looks the provider class up; a Spark Connect session asks the server to
+    resolve ``format("kafka")`` without options, which asks for its options when the connector is
+    there and fails to find the data source when it is not. Nothing connects to Kafka."""
     jvm = getattr(spark, "_jvm", None)
     if jvm is None:
-        return False
+        return _connect_has_kafka_source(spark)
     try:
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
         jvm.java.lang.Class.forName(NATIVE_PROVIDER_CLASS, False, loader)
         return True
     except Exception:
         return False
+
+
+def _connect_has_kafka_source(spark: Any) -> bool:
+    try:
+        spark.read.format("kafka").load().schema  # noqa: B018 - the analysis is the probe
+    except Exception as e:
+        # found, the source refuses the missing options ("... must be specified for Kafka source")
+        return "for Kafka source" in str(e)
+    return True
 
 
 def choose_reader(spark: Any, reader: str) -> str:
@@ -116,6 +127,8 @@ def native_options(spec: JobSpec) -> dict[str, str]:
         endingOffsets=json.dumps(ending),
         includeHeaders="true",
         failOnDataLoss="true",
+        # a read that gets nothing for this long fails (the Python reader's stall timeout)
+        **{"kafkaConsumer.pollTimeoutMs": str(int(spec.stall_timeout_s * 1000))},
     )
     return opts
 
@@ -301,6 +314,7 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     Raises :class:`JobError` with a message naming what failed; the sink then holds the batch's
     previous committed version, if any, and never a partial or duplicated one.
     """
+    from airflow_kafka_backpressure.spark.kafka_range_source import KAFKA_SCHEMA
     from airflow_kafka_backpressure.spark.sink import SinkError, read_records_dir, write_batch
 
     plan = spec.plan
@@ -322,9 +336,11 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
         "writer": writer,
     }
     write_data = None
-    if writer == "arrow":  # the tasks read and write: the DataFrame only gives the sink its schema
-        from airflow_kafka_backpressure.spark.kafka_range_source import KAFKA_SCHEMA
-
+    if not any(r.count > 0 for r in plan.ranges) and spec.transform is None:
+        # nothing to read: no Spark job, the commit writes the schema-only file (executors 0)
+        out = spark.createDataFrame([], KAFKA_SCHEMA)
+        write_data = lambda staging: None  # noqa: E731
+    elif writer == "arrow":  # the tasks read and write: the DataFrame only gives the sink its schema
         out = spark.createDataFrame([], KAFKA_SCHEMA)
         write_data = lambda staging: write_ranges_with_arrow(spark, spec, staging, records_dir or "")  # noqa: E731
     else:
@@ -342,6 +358,8 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
             attempt=spec.attempt,
             plain_columns=spec.options.get("parquet_plain_columns"),
             write_data=write_data,
+            # Spark's own reader leaves no completion records: the write counts what it reads
+            count_reads=reader == "native" and spec.transform is None,
         )
     except SinkError as e:
         raise JobError(str(e)) from e

@@ -66,11 +66,11 @@ still committed: one schema-only Parquet file plus the manifest.
 Manifest fields: ``manifest_version``, ``batch_id``, ``token`` and ``attempt`` (the attempt that wrote
 it: its token and the ledger's attempt number, or null), ``written_at_ms``, ``format``, ``files``
 ([{name, bytes, rows}]), ``rows`` (written), ``executors`` (distinct executors that read the batch's
-ranges; when none was read by the Python reader — an empty batch, the native reader — at least one
-if Spark wrote a file), ``ranges``, ``partitions``
+ranges; when none was recorded by the Python reader — an empty batch, the native reader — at least
+one if Spark wrote a file), ``ranges``, ``partitions``
 ([{topic, partition, records}] read), ``records``, ``bytes`` (key + value bytes read), ``unread``
-(ranges the job did not read to their end: the transform did not consume them; their counts come
-from a second read), and what the caller passes as ``describe`` (pipeline, run id, reader,
+(ranges the job did not read to their end, or read without counting — the transform did not
+consume them, or it read them with the native reader; their counts come from a second read), and what the caller passes as ``describe`` (pipeline, run id, reader,
 transform).
 """
 
@@ -174,6 +174,10 @@ class BatchSinkWriter(DataSourceArrowWriter):
             self.token = opts["token"]
             self.ranges = [OffsetRange.from_dict(d) for d in json.loads(opts["ranges"])]
             self.describe = json.loads(opts.get("describe", "{}"))
+            self.reads = [
+                (OffsetRange.from_dict(d["range"]), int(d["records"]), int(d["bytes"]))
+                for d in json.loads(opts.get("reads", "[]"))
+            ]
         except (KeyError, ValueError, TypeError) as e:
             raise SinkError(f"{SINK_SOURCE_NAME}: options sink, batchId, token and ranges are required ({e})") from e
         self.stage = opts.get("stage", "")
@@ -216,6 +220,7 @@ class BatchSinkWriter(DataSourceArrowWriter):
                 self.schema,
                 self.compression,
                 attempt=self.attempt,
+                reads=self.reads,
             )
         elif self.stage == "abort":
             try:
@@ -282,18 +287,21 @@ def commit_batch(
     compression: str = "snappy",
     *,
     attempt: int | None = None,
+    reads: Sequence[tuple[OffsetRange, int, int]] = (),
 ) -> dict[str, Any]:
-    """Publish the staging directory of attempt ``token`` as batch ``batch_id`` (see the module doc)."""
+    """Publish the staging directory of attempt ``token`` as batch ``batch_id`` (see the module doc).
+    ``reads``: ranges read to their end, with their records and key+value bytes, known on the
+    driver (the native reader's observed counts) rather than left as completion records."""
     root = location(sink)
     staging = root.child(staging_dir_name(batch_id, token))
     final = root.child(batch_dir_name(batch_id))
     try:
         staging.mkdirs()
         files = _published_files(staging)
-        reads = staging.child(READ_DIR)
-        completed, executors = completed_reads(reads)
-        counts, nbytes, unread = tally_reads(ranges, completed)
-        reads.delete()
+        read_dir = staging.child(READ_DIR)
+        completed, executors = completed_reads(read_dir)
+        counts, nbytes, unread = tally_reads(ranges, [*completed, *reads])
+        read_dir.delete()
         # executors: those that read the ranges; none read (an empty batch, the native reader): at
         # least the one that wrote a file
         n_executors = len(executors) or (1 if files else 0)
@@ -410,6 +418,30 @@ def plain_column_options(columns: Sequence[str], plain_columns: Sequence[str] | 
     return {f"parquet.enable.dictionary#{c}": "false" for c in plain_columns_among(columns, plain_columns)}
 
 
+def observe_reads(df: Any, ranges: Sequence[OffsetRange]) -> tuple[Any, Callable[[], list[tuple[OffsetRange, int, int]]]]:
+    """``df`` (Kafka records) with Spark counting each non-empty range's records and key+value
+    bytes as its rows pass (``DataFrame.observe``: no second pass), and a function that returns
+    them as (range, records, bytes) once an action on it has finished."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    live = [r for r in ranges if r.count > 0]
+    if not live:
+        return df, lambda: []
+    size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+    exprs = []
+    for i, r in enumerate(live):
+        hit = (F.col("topic") == r.topic) & (F.col("partition") == r.partition)
+        exprs += [F.count(F.when(hit, 1)).alias(f"n{i}"), F.sum(F.when(hit, size)).alias(f"b{i}")]
+    observation = Observation()
+
+    def result() -> list[tuple[OffsetRange, int, int]]:
+        got = observation.get
+        return [(r, int(got[f"n{i}"] or 0), int(got[f"b{i}"] or 0)) for i, r in enumerate(live)]
+
+    return df.observe(observation, *exprs), result
+
+
 def write_batch(
     spark: Any,
     df: Any,
@@ -423,6 +455,7 @@ def write_batch(
     attempt: int | None = None,
     plain_columns: Sequence[str] | None = None,
     write_data: Callable[[str], Any] | None = None,
+    count_reads: bool = False,
 ) -> dict[str, Any]:
     """Write ``df`` as batch ``batch_id`` of ``sink`` (replacing any previous version whole) and
     return the committed manifest, read back where Spark runs. ``token`` names the attempt (its
@@ -430,7 +463,10 @@ def write_batch(
     ``plain_columns``: the columns written without dictionary encoding (default
     :data:`PLAIN_COLUMNS`; names ``df`` lacks are ignored). ``write_data``: writes the data into
     the staging URI it is given instead of Spark's Parquet writer (``df`` then gives the schema
-    only; :mod:`.arrow_writer`); the fence and commit are the same."""
+    only; :mod:`.arrow_writer`); the fence and commit are the same. ``count_reads``: ``df`` is the
+    batch's Kafka records as read, every range to its end (the native reader, no transform): Spark
+    counts each range's records and bytes while it writes them (``DataFrame.observe``), and the
+    counts travel to the commit in its options (see :func:`commit_batch`)."""
     opts = sink_options(
         sink, batch_id, token or uuid.uuid4().hex, ranges, describe or {}, compression=compression, attempt=attempt
     )
@@ -454,11 +490,12 @@ def write_batch(
         stage("fence")
     # Timestamps as INT64 microseconds (Spark's default, INT96, is deprecated in Parquet).
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    data, observed = observe_reads(df, ranges) if count_reads and write_data is None else (df, None)
     try:
         if write_data is not None:
             write_data(staging_uri(sink, batch_id, token))
         else:
-            df.write.mode("append").option("compression", compression or "snappy").options(
+            data.write.mode("append").option("compression", compression or "snappy").options(
                 **plain_column_options(df.columns, plain_columns)
             ).parquet(staging_uri(sink, batch_id, token))
     except Exception:
@@ -467,6 +504,8 @@ def write_batch(
         except Exception:  # noqa: BLE001 - the write's own error is the one to report
             pass
         raise
+    if observed is not None:
+        opts["reads"] = json.dumps([{"range": r.to_dict(), "records": n, "bytes": b} for r, n, b in observed()])
     stage("commit")
     manifest = read_manifest(sink, batch_id) if in_driver else committed_manifest(spark, sink, batch_id)
     if manifest is None or manifest.get("token") != token:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_backpressure._fault_points import EARLIEST_OFFSETS_FILE_ENV, PAUSE_AFTER_COMMIT_DIR_ENV
+from airflow_kafka_backpressure._fault_points import PAUSE_AFTER_COMMIT_DIR_ENV
 from airflow_kafka_backpressure.ledger import Ledger
-from airflow_kafka_backpressure.local.broker import TansuBroker
+from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce
 from airflow_kafka_backpressure.pipeline import PipelineConfig
 
@@ -34,7 +34,7 @@ PARTITIONS = 2
 #: Short intervals: a batch every 15 s, a replay look every 20 s, leases of 20 s.
 PIPELINE_DEFAULTS = dict(
     batch_interval_s=15, replay_interval_s=20, lease_s=20, stall_timeout_s=20, batch_timeout_s=480,
-    reader="python", driver_memory="512m",
+    driver_memory="512m",
 )
 #: The first batch takes the backlog (few batches per scenario: a batch takes 20 s to minutes here).
 SETTINGS = json.dumps({"min_rate": 5, "max_records_per_batch": 1000})
@@ -63,7 +63,7 @@ def rig(fault_rig: FaultRig) -> Iterator[FaultRig]:
 @dataclass
 class FaultRig:
     standalone: Standalone
-    broker: TansuBroker
+    broker: KafkaBroker
     postgres: LocalPostgres
     pipelines: dict[str, PipelineConfig]
     ledger_urls: dict[str, str]
@@ -75,11 +75,6 @@ class FaultRig:
     def fail_flag(self) -> Path:
         """While this file exists, the retention scenario's batches fail (its transform raises)."""
         return self.root / "fail.flag"
-
-    @property
-    def earliest_offsets_file(self) -> Path:
-        """The retention emulation's floors, ``{topic: {partition: offset}}`` (see ``_fault_points``)."""
-        return self.root / "earliest-offsets.json"
 
     def pipeline(self, scenario: str) -> PipelineConfig:
         return self.pipelines[scenario]
@@ -147,12 +142,12 @@ def connections(bootstrap: str, ledgers: dict[str, str]) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="session")
-def fault_rig(request: pytest.FixtureRequest) -> Iterator[FaultRig]:
+def fault_rig(request: pytest.FixtureRequest, spark_kafka_connector: str) -> Iterator[FaultRig]:
     root = TMP_ROOT / f"faults-{os.getpid()}"
     root.mkdir(parents=True)
     # a SIGTERM (a CI timeout, kill PID) unwinds like Ctrl-C, so the teardown below stops everything
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    broker = TansuBroker(log_path=root / "broker.log").start()
+    broker = KafkaBroker(root / "kafka").start()
     postgres = LocalPostgres(root / "pg")
     standalone = None
     try:
@@ -176,7 +171,6 @@ def fault_rig(request: pytest.FixtureRequest) -> Iterator[FaultRig]:
             root / "airflow", list(pipelines.values()), connections(broker.bootstrap, ledgers),
             extra_env={
                 PAUSE_AFTER_COMMIT_DIR_ENV: str(pause_dir),
-                EARLIEST_OFFSETS_FILE_ENV: str(root / "earliest-offsets.json"),
                 "KBP_TEST_FAIL_FLAG": str(root / "fail.flag"),
                 "SPARK_LOCAL_DIRS": str(root / "spark"),
             },

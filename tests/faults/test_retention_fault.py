@@ -1,21 +1,20 @@
 """Retention deletes a failed batch's offsets before its replay, under a real scheduler.
 
-The embedded broker cannot delete records (see the project's notes), so this one scenario emulates
-retention at the offsets hook: the Airflow tasks' ``KafkaOffsets.earliest_offsets`` reports the
-earliest offsets raised to the floors in the rig's ``earliest-offsets.json``
-(``airflow_kafka_backpressure._fault_points``). Everything else is real: the batch fails in its
-Spark job (its transform raises while a flag file exists), the replay DAG finds the lost offsets,
-records them (the pipeline's ``on_data_loss`` is ``skip``) and writes the rest exactly once.
+The records are really deleted: Kafka's DeleteRecords moves the partition's log start offset, as
+retention does when it removes old segments. The batch fails in its Spark job (its transform raises
+while a flag file exists), the replay DAG finds the lost offsets, records them (the pipeline's
+``on_data_loss`` is ``skip``) and writes the rest exactly once.
 """
 
 from __future__ import annotations
 
-import json
+from airflow_kafka_backpressure.models import TopicPartition
 
+from ..integration.kafka_samples import delete_records
 from .conftest import PARTITIONS, STEP_TIMEOUT_S
 from .harness import wait_for
 
-LOST_PER_PARTITION0 = 10  # offsets 0..9 of partition 0 "deleted by retention"
+LOST_PER_PARTITION0 = 10  # offsets 0..9 of partition 0, deleted
 
 
 def test_retention_deleting_a_failed_batchs_offsets_is_recorded_as_lost_and_the_rest_replayed(rig):
@@ -35,7 +34,7 @@ def test_retention_deleting_a_failed_batchs_offsets_is_recorded_as_lost_and_the_
     assert {r.partition: r.until_offset - r.from_offset for r in first.ranges} == {q: 100 for q in range(PARTITIONS)}
 
     topic = p.topics[0]
-    rig.earliest_offsets_file.write_text(json.dumps({topic: {"0": LOST_PER_PARTITION0}}))
+    delete_records(rig.broker.bootstrap, {TopicPartition(topic, 0): LOST_PER_PARTITION0})
     rig.fail_flag.unlink()
     rig.produce(p, 100, 200)
     rig.start(p)  # the replay DAG too

@@ -1,4 +1,4 @@
-"""A broker whose fetches can be held: a Tansu broker behind a TCP relay that, while closed, keeps
+"""A broker whose fetches can be held: Apache Kafka behind a TCP relay that, while closed, keeps
 every Kafka Fetch request (API key 1) from reaching the broker, and passes everything else
 (Metadata, ListOffsets, Produce, offset commits).
 
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import psutil
 
-from airflow_kafka_backpressure.local.broker import TansuBroker, free_port
+from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
+from airflow_kafka_backpressure.local.broker import free_port
 
 FETCH = 1
 
@@ -145,23 +146,15 @@ def _close(*socks: socket.socket) -> None:
         s.close()
 
 
-class GatedBroker(TansuBroker):
-    """A Tansu broker listening on a private port and advertising its :class:`FetchGate`;
+class GatedBroker(KafkaBroker):
+    """Apache Kafka listening on a private port and advertising its :class:`FetchGate`;
     ``bootstrap`` is the gate's address (what clients are given)."""
 
-    def __init__(self, log_path: str | Path | None = None) -> None:
-        super().__init__(port=free_port("127.0.0.1"), log_path=log_path)
-        self.gate = FetchGate(self.port)
+    def __init__(self, work_dir: str | Path) -> None:
+        port = free_port("127.0.0.1")
+        self.gate = FetchGate(port)
+        super().__init__(work_dir, port=port, advertised_port=self.gate.port)
 
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.gate.port}"
-
-    def command(self) -> list[str]:
-        cmd = super().command()
-        cmd[cmd.index("--advertised-listener-url") + 1] = f"tcp://{self.bootstrap}"
-        return cmd
-
-    def stop(self, timeout_s: float = 10.0) -> None:
+    def stop(self, timeout_s: float = 30.0) -> None:
         super().stop(timeout_s)
         self.gate.stop()

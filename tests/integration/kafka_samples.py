@@ -8,15 +8,40 @@ SAMPLE_TIMESTAMPS_MS = [1_700_000_000_123, 1_700_000_000_456, 1_700_000_000_789]
 def produce_sample_records(bootstrap: str, topic: str) -> None:
     """Partition 0 of ``topic`` gets: offset 0 key+value, 1 no key with headers (one empty value),
     2 no value, each with a create time from :data:`SAMPLE_TIMESTAMPS_MS`; then offset 3, a record
-    past the ranges the tests read. One record per batch (see the notes on the embedded broker)."""
+    past the ranges the tests read. All four go in one record batch, as a batching producer sends them."""
     from kafka import KafkaProducer
 
     t0, t1, t2 = SAMPLE_TIMESTAMPS_MS
-    producer = KafkaProducer(bootstrap_servers=bootstrap, batch_size=1, linger_ms=0)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=1000)
     try:
-        producer.send(topic, key=b"k0", value=b"v0", partition=0, timestamp_ms=t0).get()
-        producer.send(topic, value=b"v1", partition=0, headers=[("h", b"x"), ("e", b"")], timestamp_ms=t1).get()
-        producer.send(topic, key=b"k2", value=None, partition=0, timestamp_ms=t2).get()
-        producer.send(topic, key=b"k3", value=b"after", partition=0).get()
+        futures = [
+            producer.send(topic, key=b"k0", value=b"v0", partition=0, timestamp_ms=t0),
+            producer.send(topic, value=b"v1", partition=0, headers=[("h", b"x"), ("e", b"")], timestamp_ms=t1),
+            producer.send(topic, key=b"k2", value=None, partition=0, timestamp_ms=t2),
+            producer.send(topic, key=b"k3", value=b"after", partition=0),
+        ]
+        producer.flush()
+        assert [f.get().offset for f in futures] == [0, 1, 2, 3]
     finally:
         producer.close()
+
+
+def delete_records(bootstrap: str, before: dict) -> None:
+    """Delete every record below ``before[tp]`` (Kafka's DeleteRecords: the log start offset moves
+    there, as retention moves it), then check the broker reports the new earliest offsets."""
+    from kafka import KafkaAdminClient, KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_records({KTP(tp.topic, tp.partition): offset for tp, offset in before.items()})
+    finally:
+        admin.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        earliest = consumer.beginning_offsets([KTP(tp.topic, tp.partition) for tp in before])
+        assert {(k.topic, k.partition): v for k, v in earliest.items()} == {
+            (tp.topic, tp.partition): offset for tp, offset in before.items()
+        }, earliest
+    finally:
+        consumer.close()

@@ -31,7 +31,7 @@ from .test_pipeline_e2e import airflow_db, make_pipeline  # noqa: F401 - fixture
 @pytest.fixture(scope="module")
 def kafka_broker(tmp_path_factory):
     """This module's broker (overrides the session's): the pipelines reach it through a gate."""
-    broker = GatedBroker(log_path=tmp_path_factory.mktemp("gated") / "tansu.log").start()
+    broker = GatedBroker(tmp_path_factory.mktemp("gated")).start()
     try:
         yield broker
     finally:

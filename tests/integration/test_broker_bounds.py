@@ -15,7 +15,7 @@ import pytest
 
 from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets, KafkaUnavailableError
 from airflow_kafka_backpressure.ledger import Ledger
-from airflow_kafka_backpressure.local.broker import TansuBroker
+from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce
 from airflow_kafka_backpressure.models import OffsetRange, TopicPartition
 from airflow_kafka_backpressure.operators.common import commit_progress
@@ -31,9 +31,9 @@ TP = TopicPartition(TOPIC, 0)
 
 
 @pytest.fixture
-def frozen_broker(tmp_path) -> Iterator[TansuBroker]:
+def frozen_broker(tmp_path) -> Iterator[KafkaBroker]:
     """A broker of this test alone (it gets frozen), with a topic and a committed group offset."""
-    broker = TansuBroker(log_path=tmp_path / "tansu.log").start()
+    broker = KafkaBroker(tmp_path / "kafka").start()
     try:
         ensure_topic(broker.bootstrap, TOPIC, 2)
         produce(broker.bootstrap, TOPIC, count=10, partitions=2)
@@ -63,7 +63,7 @@ def outcome(call: Callable[[], Any]) -> BaseException | str:
     return box.get("r", "hung")
 
 
-def warm_client(broker: TansuBroker) -> KafkaOffsets:
+def warm_client(broker: KafkaBroker) -> KafkaOffsets:
     """A client that bootstrapped and found the group coordinator while the broker was up."""
     kafka = KafkaOffsets({"bootstrap.servers": broker.bootstrap}, source="Kafka connection 'frozen'", timeout_s=TIMEOUT_S)
     assert kafka.partitions([TOPIC]) == [TP, TopicPartition(TOPIC, 1)]

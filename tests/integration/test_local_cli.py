@@ -14,7 +14,8 @@ from airflow_kafka_backpressure.local.broker import free_port
 def test_broker_and_producer_command_lines(tmp_path):
     port = free_port()
     broker = subprocess.Popen(
-        [sys.executable, "-m", "airflow_kafka_backpressure.local", "broker", "--port", str(port)],
+        [sys.executable, "-m", "airflow_kafka_backpressure.local", "broker", "--port", str(port),
+         "--work-dir", str(tmp_path / "kafka")],
         stdout=subprocess.PIPE, text=True,
     )
     try:

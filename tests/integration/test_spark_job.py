@@ -39,6 +39,8 @@ from airflow_kafka_backpressure.spark.kafka_range_source import (
     read_range,
 )
 
+from .kafka_samples import produce_sample_records
+
 PARTITIONS = 4
 
 
@@ -381,28 +383,17 @@ def test_bad_transform_is_a_clear_error(spark, kafka_broker, topic4, sink, tmp_p
 # --------------------------------------------------------------------------- the reader
 
 
-def test_reader_auto_picks_python_without_the_kafka_jar(spark):
-    assert choose_reader(spark, "auto") == "python"
+def test_reader_auto_picks_the_native_reader_with_the_connector(spark):
+    # the session's SPARK_CONF_DIR puts Spark's Kafka connector on the classpath (tests/conftest.py)
+    assert choose_reader(spark, "auto") == "native"
+    assert choose_reader(spark, "native") == "native"
     assert choose_reader(spark, "python") == "python"
-    with pytest.raises(JobError, match="KafkaSourceProvider is not on the classpath"):
-        choose_reader(spark, "native")
 
 
 def test_data_source_yields_the_kafka_source_schema_and_values(spark, kafka_broker, topic_name):
-    from kafka import KafkaProducer
-
     bootstrap = kafka_broker.bootstrap
     ensure_topic(bootstrap, topic_name, 1)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, batch_size=1, linger_ms=0)
-    try:
-        producer.send(topic_name, key=b"k0", value=b"v0", partition=0, timestamp_ms=1_700_000_000_123).get()
-        producer.send(
-            topic_name, value=b"v1", partition=0, headers=[("h", b"x"), ("e", b"")], timestamp_ms=1_700_000_000_456
-        ).get()
-        producer.send(topic_name, key=b"k2", value=None, partition=0, timestamp_ms=1_700_000_000_789).get()
-        producer.send(topic_name, key=b"k3", value=b"after", partition=0).get()
-    finally:
-        producer.close()
+    produce_sample_records(bootstrap, topic_name)
 
     spark.dataSource.register(KafkaRangeDataSource)
     opts = range_source_options([OffsetRange(topic_name, 0, 0, 3)], {"bootstrap.servers": bootstrap})
@@ -438,18 +429,23 @@ def test_read_range_reads_exactly_and_stalls_with_a_clear_error(kafka_broker, to
     assert f"{topic4}-1[3, 9)" in msg and "position 5" in msg and "stalled" in msg
 
 
-@pytest.mark.parametrize("writer", ["spark", "arrow"])
-def test_stalled_read_fails_the_job_with_the_range_named(spark, kafka_broker, topic4, sink, tmp_path, monkeypatch, writer):
+@pytest.mark.parametrize("writer,reader", [("spark", "python"), ("arrow", "python"), ("spark", "native")])
+def test_stalled_read_fails_the_job_with_the_range_named(
+    spark, kafka_broker, topic4, sink, tmp_path, monkeypatch, writer, reader
+):
     """The bounds check normally prevents this; bypass it to see the executor's error surface."""
     from airflow_kafka_backpressure.spark import job
 
     produce(kafka_broker.bootstrap, topic4, count=4, partitions=PARTITIONS)  # 1 per partition
     spec = make_spec(tmp_path, kafka_broker.bootstrap, 0, {(topic4, 0): (0, 3)}, sink=sink, options={"writer": writer})
-    spec = JobSpec.from_dict({**spec.to_dict(), "stall_timeout_s": 1, "poll_timeout_ms": 200})
+    spec = JobSpec.from_dict({**spec.to_dict(), "stall_timeout_s": 1, "poll_timeout_ms": 200, "reader": reader})
     monkeypatch.setattr(job, "check_bounds", lambda s: {})
     with pytest.raises(JobError) as err:
         run_batch(spark, spec)
-    assert f"reading {topic4}-0[0, 3) stalled" in str(err.value)
+    if reader == "python":
+        assert f"reading {topic4}-0[0, 3) stalled" in str(err.value)
+    else:  # Spark's reader: no record at offset 1 within the poll timeout (the stall timeout)
+        assert f"failed while reading {topic4}-0[0, 3) (reader=native)" in str(err.value)
     assert not Path(batch_path(str(sink), 0)).exists()
     assert sink_mod.leftovers(str(sink), 0) == []  # the failed write removed its staging dir
 

@@ -29,21 +29,3 @@ def test_an_armed_pause_point_fires_once_for_its_pipeline(tmp_path, monkeypatch)
     (tmp_path / "p.paused").unlink()
     fp.after_commit("p", 5)  # disarmed by the first
     assert not (tmp_path / "p.paused").exists()
-
-
-def test_the_retention_emulation_raises_earliest_offsets_only_where_told(tmp_path, monkeypatch):
-    from airflow_kafka_backpressure._fault_points import EARLIEST_OFFSETS_FILE_ENV, emulated_earliest
-    from airflow_kafka_backpressure.models import TopicPartition
-
-    offsets = {TopicPartition("a", 0): 0, TopicPartition("a", 1): 7, TopicPartition("b", 0): 3}
-    monkeypatch.delenv(EARLIEST_OFFSETS_FILE_ENV, raising=False)
-    assert emulated_earliest(offsets) == offsets  # inert: no variable
-    floors = tmp_path / "earliest.json"
-    monkeypatch.setenv(EARLIEST_OFFSETS_FILE_ENV, str(floors))
-    assert emulated_earliest(offsets) == offsets  # inert: no file yet
-    floors.write_text('{"a": {"0": 10, "1": 5}}')
-    assert emulated_earliest(offsets) == {
-        TopicPartition("a", 0): 10,  # raised
-        TopicPartition("a", 1): 7,  # a floor below the real earliest changes nothing
-        TopicPartition("b", 0): 3,  # another topic
-    }

@@ -118,6 +118,7 @@ def test_native_options_cover_only_non_empty_ranges():
     assert json.loads(opts["endingOffsets"]) == {"a": {"0": 9}, "b": {"1": 5}}
     assert opts["kafka.bootstrap.servers"] == "h:9092" and "kafka.sasl.jaas.config" in opts
     assert opts["includeHeaders"] == "true"
+    assert opts["kafkaConsumer.pollTimeoutMs"] == "60000"  # the spec's stall timeout
 
 
 # --------------------------------------------------------------------------- packaging

@@ -1,0 +1,180 @@
+"""Java artifacts from Maven Central, fetched once into a cache: Apache Kafka's broker and Spark's
+Kafka connector.
+
+A *bundle* is a set of Maven coordinates whose runtime classpath lands in one folder of the cache
+(``$KBP_JARS_CACHE``, default ``~/.cache/airflow-kafka-backpressure/jars``), named after the
+coordinates, so a second call (or process) downloads nothing. Maven resolves it: a small POM is
+written into a temporary folder and ``mvn dependency:copy-dependencies`` copies the classpath there;
+the folder is renamed into place once complete, under a file lock, so concurrent first uses fetch
+once and never see half a folder.
+
+* :func:`kafka_broker_jars` — ``org.apache.kafka:kafka_2.13`` (KRaft broker and ``StorageTool``)
+  with a log4j2 binding (the broker declares its logging backend compile-only) and the slf4j 2 API
+  that binding needs;
+* :func:`spark_kafka_jars` — ``org.apache.spark:spark-sql-kafka-0-10_2.13`` at the installed
+  pyspark's version, minus the jars pyspark already ships (Scala, Hadoop client, slf4j, …): what
+  ``spark.jars`` needs for ``format("kafka")``.
+
+Maven (``mvn``) must be on PATH; Maven's own repository (``~/.m2``) caches the downloads too.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+#: Apache Kafka release of the embedded broker (``KBP_KAFKA_VERSION`` overrides it).
+KAFKA_VERSION = "4.1.1"
+LOG4J_VERSION = "2.25.2"
+SLF4J_VERSION = "2.0.17"
+SCALA_BINARY = "2.13"
+FETCH_TIMEOUT_S = 900
+
+_JAR_VERSION = re.compile(r"-\d[\w.\-]*\.jar$")
+
+
+class JarsError(RuntimeError):
+    pass
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("KBP_JARS_CACHE") or Path.home() / ".cache" / "airflow-kafka-backpressure" / "jars")
+
+
+def kafka_version() -> str:
+    return os.environ.get("KBP_KAFKA_VERSION") or KAFKA_VERSION
+
+
+def artifact_name(jar: str) -> str:
+    """``kafka-clients`` for ``kafka-clients-3.9.2.jar``: the jar's name without its version."""
+    return _JAR_VERSION.sub("", jar)
+
+
+def pom(coordinates: Sequence[str]) -> str:
+    """A POM whose dependencies are ``group:artifact:version`` coordinates."""
+    deps = []
+    for coord in coordinates:
+        parts = coord.split(":")
+        if len(parts) != 3 or not all(parts):
+            raise JarsError(f"Maven coordinates must be group:artifact:version, got {coord!r}")
+        g, a, v = parts
+        deps.append(
+            f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
+        )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
+        "  <modelVersion>4.0.0</modelVersion>\n"
+        "  <groupId>airflow-kafka-backpressure</groupId><artifactId>jar-bundle</artifactId>"
+        "<version>1</version><packaging>pom</packaging>\n"
+        "  <dependencies>\n" + "\n".join(deps) + "\n  </dependencies>\n</project>\n"
+    )
+
+
+def bundle(name: str, coordinates: Sequence[str], *, provided: Iterable[str] = ()) -> Path:
+    """The folder of jars of ``coordinates`` and their runtime dependencies, fetched on first use.
+
+    Jars whose artifact name (:func:`artifact_name`) is in ``provided`` are left out: they are on
+    the classpath already. Raises :class:`JarsError` naming Maven's output when the fetch fails.
+    """
+    key = hashlib.sha256("\n".join([*coordinates, "--", *sorted(provided)]).encode()).hexdigest()[:12]
+    root = cache_root()
+    final = root / f"{name}-{key}"
+    if (final / ".complete").exists():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{name}-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / ".complete").exists():  # fetched by another process while we waited
+            return final
+        _fetch(name, coordinates, set(provided), root, final)
+    return final
+
+
+def _fetch(name: str, coordinates: Sequence[str], provided: set[str], root: Path, final: Path) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise JarsError(
+            f"fetching the {name} jars needs Maven: install it (Debian: apt-get install maven) "
+            f"or put the jars of {', '.join(coordinates)} into {final} with an empty .complete file"
+        )
+    work = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+    try:
+        (work / "pom.xml").write_text(pom(coordinates))
+        out = work / "jars"
+        cmd = [
+            mvn, "-B", "-q", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
+            f"-DoutputDirectory={out}", "-DincludeScope=runtime",
+        ]
+        try:
+            result = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S, cwd=work)
+        except subprocess.TimeoutExpired as e:
+            raise JarsError(f"Maven did not fetch the {name} jars within {FETCH_TIMEOUT_S} s") from e
+        if result.returncode != 0:
+            tail = (result.stdout + result.stderr)[-3000:]
+            raise JarsError(f"Maven could not fetch the {name} jars ({', '.join(coordinates)}):\n{tail}")
+        for jar in list(out.glob("*.jar")):
+            if artifact_name(jar.name) in provided:
+                jar.unlink()
+        (out / ".complete").write_text("\n".join(coordinates) + "\n")
+        if final.exists():  # an incomplete folder left by a killed fetch
+            shutil.rmtree(final)
+        out.rename(final)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def jar_paths(folder: Path) -> list[str]:
+    return sorted(str(p) for p in folder.glob("*.jar"))
+
+
+def kafka_broker_jars(version: str | None = None) -> Path:
+    """Apache Kafka's broker classpath (KRaft), with a log4j2 binding."""
+    version = version or kafka_version()
+    coordinates = [
+        f"org.apache.kafka:kafka_{SCALA_BINARY}:{version}",
+        f"org.apache.logging.log4j:log4j-core:{LOG4J_VERSION}",
+        f"org.apache.logging.log4j:log4j-slf4j2-impl:{LOG4J_VERSION}",
+        # nearest-wins would otherwise keep the broker's slf4j 1.7 API, which the binding cannot serve
+        f"org.slf4j:slf4j-api:{SLF4J_VERSION}",
+    ]
+    return bundle(f"kafka-{version}", coordinates)
+
+
+def spark_kafka_coordinates(spark_version: str | None = None) -> str:
+    """``org.apache.spark:spark-sql-kafka-0-10_2.13:<version>`` for the installed pyspark: what a
+    cluster's ``spark.jars.packages`` names."""
+    if spark_version is None:
+        import pyspark
+
+        spark_version = pyspark.__version__
+    return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{spark_version}"
+
+
+def spark_kafka_jars(spark_version: str | None = None) -> Path:
+    """Spark's Kafka connector and the dependencies pyspark does not ship."""
+    from ..engines.environment import pyspark_home
+
+    coordinates = spark_kafka_coordinates(spark_version)
+    shipped = {artifact_name(p.name) for p in (Path(pyspark_home()) / "jars").glob("*.jar")}
+    return bundle(f"spark-kafka-{coordinates.rsplit(':', 1)[1]}", [coordinates], provided=shipped)
+
+
+def spark_kafka_conf(spark_version: str | None = None) -> dict[str, str]:
+    """Spark settings that put the connector's cached jars on a job's classpath (``spark.jars``)."""
+    return {"spark.jars": ",".join(jar_paths(spark_kafka_jars(spark_version)))}
+
+
+def write_spark_defaults(conf_dir: str | os.PathLike[str], conf: dict[str, str]) -> Path:
+    """Write ``spark-defaults.conf`` into ``conf_dir`` (a ``SPARK_CONF_DIR``): every spark-submit,
+    PySpark session and Connect server started with that ``SPARK_CONF_DIR`` gets ``conf``."""
+    path = Path(conf_dir) / "spark-defaults.conf"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{k} {v}\n" for k, v in sorted(conf.items())))
+    return path
