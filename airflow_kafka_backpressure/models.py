@@ -273,7 +273,7 @@ def new_token() -> str:
 class JobSpec:
     """Everything the bounded Spark job needs for one attempt at a batch.
 
-    ``kafka`` holds librdkafka-style client properties (see :mod:`.kafka_config`); it may hold
+    ``kafka`` holds librdkafka-style client properties (see :mod:`.kafka.config`); it may hold
     credentials. ``token`` names this attempt (its staging directory in the sink). ``min_partitions``
     is the read parallelism asked for (input partitions; large ranges are split to reach it).
     ``options``: ``max_records_per_batch`` (rows per Arrow batch of the Python reader),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .control.allocation import ON_DATA_LOSS, STARTING_OFFSETS
+from .engines import ENGINES
 from .models import DEFAULT_WRITER, writer_problem
 from .storage import is_absolute_location
 
@@ -24,7 +25,6 @@ from .storage import is_absolute_location
 PIPELINES_FILE_ENV = "KBP_PIPELINES_FILE"
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
-ENGINES = ("submit", "connect")
 #: Default batch timeout: this many batch intervals, but never less than MIN_BATCH_TIMEOUT_S.
 BATCH_TIMEOUT_INTERVALS = 5
 MIN_BATCH_TIMEOUT_S = 600.0

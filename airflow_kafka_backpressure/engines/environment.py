@@ -37,6 +37,13 @@ from pathlib import Path
 LOOPBACK = "127.0.0.1"
 
 
+def work_root() -> Path:
+    """This Airflow worker's local directory for the package zip and per-attempt scratch
+    directories (under ``$AIRFLOW_HOME``)."""
+    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return Path(home) / "kafka_backpressure"
+
+
 def pyspark_home() -> str:
     """The installed ``pyspark`` package directory, which is a complete ``SPARK_HOME``."""
     spec = importlib.util.find_spec("pyspark")

@@ -277,3 +277,26 @@ class SubmitEngine(Engine):
         if self.cluster_mode and self._hook is not None:
             self._hook.on_kill()  # the application runs elsewhere: the provider knows how to kill it
         stop_processes(procs)
+
+
+def from_hook(hook: Any, executors: int) -> SubmitEngine:
+    """The engine of an attempt for :class:`~airflow_kafka_backpressure.hooks.spark_batch.SparkBatchHook`:
+    its ``spark`` connection through the Spark provider's ``SparkSubmitHook`` (imported here, when a
+    batch launches), ``executors`` executors."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from .environment import work_root
+
+    master, deploy_mode = hook.submit_connection()
+    conn_id = hook.spark_conn_id
+    return SubmitEngine(
+        lambda **kw: SparkSubmitHook(conn_id=conn_id, **kw),
+        master=master,
+        deploy_mode=deploy_mode,
+        work_root=work_root(),
+        executors=executors,
+        executor_cores=hook.executor_cores,
+        executor_memory=hook.executor_memory,
+        driver_memory=hook.driver_memory,
+        spark_conf=hook.spark_conf,
+    )

@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from ..kafka_offsets import KafkaOffsets
+from ..kafka.offsets import KafkaOffsets
 
 
 class KafkaOffsetsHook(BaseHook):

@@ -17,22 +17,15 @@ Read parallelism: the batch asks for ``executors × executor_cores`` input parti
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseHook
 
-from ..engines import ENGINES, Engine, supervise
+from ..engines import ENGINES, Engine, engine_for, supervise
+from ..engines.environment import work_root  # noqa: F401 - where the tests and users find it
 from ..models import Adoption, BatchMetrics, BatchPlan, JobSpec, new_token
 from ..pipeline import PipelineConfig
-
-
-def work_root() -> Path:
-    """This worker's local directory for the package zip and per-attempt scratch directories."""
-    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
-    return Path(home) / "kafka_backpressure"
 
 
 class SparkBatchHook(BaseHook):
@@ -116,29 +109,7 @@ class SparkBatchHook(BaseHook):
 
 
     def _engine(self, executors: int) -> Engine:
-        if self.engine == "connect":
-            from ..engines.connect import ConnectEngine
-
-            return ConnectEngine(
-                self.connect_url(), work_root=work_root(), spark_conf=self.spark_conf, conn_id=self.spark_connect_conn_id
-            )
-        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-        from ..engines.submit import SubmitEngine
-
-        master, deploy_mode = self.submit_connection()
-        conn_id = self.spark_conn_id
-        return SubmitEngine(
-            lambda **kw: SparkSubmitHook(conn_id=conn_id, **kw),
-            master=master,
-            deploy_mode=deploy_mode,
-            work_root=work_root(),
-            executors=executors,
-            executor_cores=self.executor_cores,
-            executor_memory=self.executor_memory,
-            driver_memory=self.driver_memory,
-            spark_conf=self.spark_conf,
-        )
+        return engine_for(self.engine, self, executors)
 
     # ----- running ----------------------------------------------------------------------------
     def run(

@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..kafka_clients import new_client
+from ..kafka.clients import new_client
 
 
 class BrokerError(RuntimeError):

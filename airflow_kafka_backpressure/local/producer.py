@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..kafka_clients import new_client
+from ..kafka.clients import new_client
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int, client_config: dict[str, Any] | None = None) -> bool:

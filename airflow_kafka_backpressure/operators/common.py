@@ -14,7 +14,7 @@ from airflow.sdk import Variable
 
 from ..config import ControllerSettings, parse_settings, settings_help
 from ..control.controller import ControllerStateError, PipelineController
-from ..kafka_offsets import KafkaOffsets
+from ..kafka.offsets import KafkaOffsets
 from ..ledger import Ledger
 from ..ledger.locks import ledger_lock
 from ..pipeline import PipelineConfig

@@ -252,7 +252,7 @@ def lag(ledger: Ledger, name: str, retention_margin_records: int, with_timestamp
     """The per-partition lag report of a pipeline; 503 with the reason when the broker cannot answer
     (every request is bounded by :data:`BROKER_TIMEOUT_S`)."""
     from ..hooks.kafka_offsets import KafkaOffsetsHook
-    from ..lag import measure_lag
+    from ..kafka.lag import measure_lag
 
     p, source = pipeline_config(ledger, name)
     try:

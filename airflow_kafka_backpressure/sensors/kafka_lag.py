@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import Context, PokeReturnValue
 
-from ..lag import LagThresholds
+from ..kafka.lag import LagThresholds
 from ..pipeline import PipelineConfig
 from .deferrable import DeferrablePollingSensor
 

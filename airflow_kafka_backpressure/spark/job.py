@@ -42,7 +42,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_backpressure.kafka_config import to_spark_kafka_options
+from airflow_kafka_backpressure.kafka.config import to_spark_kafka_options
 from airflow_kafka_backpressure.models import (
     BatchMetrics,
     JobSpec,

@@ -13,7 +13,7 @@ Options (all strings, as Spark passes them; names are case-insensitive):
 
 * ``ranges`` — JSON list of ``OffsetRange.to_dict()`` (required).
 * ``kafka.<property>`` — librdkafka-style client properties (``kafka.bootstrap.servers`` …), see
-  :mod:`..kafka_config`. One option per property, so Spark's key-based redaction (``password``,
+  :mod:`..kafka.config`. One option per property, so Spark's key-based redaction (``password``,
   ``secret`` …) hides secrets in plans and logs.
 * ``client`` — ``auto`` (default: confluent-kafka where the executor can import it, else
   kafka-python), ``confluent`` or ``kafka-python``.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..lag import LagThresholds
+from ..kafka.lag import LagThresholds
 from .polling import PollingTrigger
 
 
@@ -26,7 +26,7 @@ def lag_report(
     """Measure the pipeline's lag through the hooks (connections resolved here)."""
     from ..hooks.kafka_offsets import KafkaOffsetsHook
     from ..hooks.ledger import LedgerHook
-    from ..lag import measure_lag
+    from ..kafka.lag import measure_lag
 
     with KafkaOffsetsHook(kafka_conn_id, timeout_s=timeout_s).get_conn() as kafka:
         return measure_lag(

@@ -39,7 +39,7 @@ import psutil
 import requests
 
 from airflow_kafka_backpressure.engines.process import stop_processes
-from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets
+from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.local.broker import free_port
 from airflow_kafka_backpressure.models import TopicPartition

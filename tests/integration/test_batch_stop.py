@@ -28,7 +28,7 @@ import psutil
 import pytest
 
 from airflow_kafka_backpressure.hooks.spark_batch import work_root
-from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets
+from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
 from airflow_kafka_backpressure.local.producer import produce
 from airflow_kafka_backpressure.spark.sink import leftovers
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets, KafkaUnavailableError
+from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets, KafkaUnavailableError
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce

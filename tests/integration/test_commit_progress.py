@@ -3,7 +3,7 @@ unfinished range."""
 
 from __future__ import annotations
 
-from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets
+from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce
 from airflow_kafka_backpressure.models import OffsetRange, TopicPartition

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets, KafkaUnavailableError
+from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets, KafkaUnavailableError
 from airflow_kafka_backpressure.local.broker import free_port, metadata_ok
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce
 from airflow_kafka_backpressure.models import TopicPartition

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from airflow_kafka_backpressure.kafka_config import KafkaConfigError
-from airflow_kafka_backpressure.kafka_offsets import KafkaUnavailableError, TopicNotFoundError
+from airflow_kafka_backpressure.kafka.config import KafkaConfigError
+from airflow_kafka_backpressure.kafka.offsets import KafkaUnavailableError, TopicNotFoundError
 from airflow_kafka_backpressure.local.broker import free_port
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce
 from airflow_kafka_backpressure.models import TopicPartition

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets
+from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
 from airflow_kafka_backpressure.local.broker import free_port
 
 

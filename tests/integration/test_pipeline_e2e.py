@@ -12,7 +12,7 @@ import pytest
 
 from airflow_kafka_backpressure.control.allocation import RateLimits, max_messages_per_partition
 from airflow_kafka_backpressure.control.pid import PIDRateEstimator
-from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets
+from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.local.producer import produce
 from airflow_kafka_backpressure.models import TopicPartition

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pytest
 
-from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets
+from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
 from airflow_kafka_backpressure.local.producer import ensure_topic
 from airflow_kafka_backpressure.models import TopicPartition
 from airflow_kafka_backpressure.spark.job import JobError, run_batch

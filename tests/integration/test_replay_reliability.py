@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_backpressure.kafka_offsets import KafkaOffsets
+from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.local.producer import produce
 from airflow_kafka_backpressure.models import OffsetRange, TopicPartition

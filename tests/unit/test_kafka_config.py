@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_backpressure.kafka_config import (
+from airflow_kafka_backpressure.kafka.config import (
     LIBRDKAFKA_ONLY,
     SUPPORTED_PROPERTIES,
     KafkaConfigError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_backpressure.lag import LagReport, LagThresholds, measure_lag, partition_lag
+from airflow_kafka_backpressure.kafka.lag import LagReport, LagThresholds, measure_lag, partition_lag
 from airflow_kafka_backpressure.models import TopicPartition
 
 TP = TopicPartition("orders", 3)

@@ -19,8 +19,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .kafka_config import redact, to_kafka_python
-from .models import TopicPartition
+from .config import redact, to_kafka_python
+from ..models import TopicPartition
 
 
 #: Seconds the watchdog waits beyond ``timeout_s`` for kafka-python's own timeout to fire first.
@@ -80,7 +80,7 @@ class KafkaOffsets:
         from kafka import KafkaConsumer
         from kafka.errors import KafkaError
 
-        from .kafka_clients import new_client
+        from .clients import new_client
 
         settings = {
             **self.config,
