@@ -41,18 +41,8 @@ SINGLE_NODE_DEFAULTS: dict[str, str] = {
     "log.retention.check.interval.ms": "5000",
 }
 
-_LOG4J2 = """Configuration:
-  Appenders:
-    Console:
-      name: STDOUT
-      PatternLayout:
-        pattern: "[%d] %p %m (%c)%n"
-  Loggers:
-    Root:
-      level: {level}
-      AppenderRef:
-        - ref: STDOUT
-"""
+#: Kafka's logging (log4j2): everything at INFO to stdout, which goes to the work dir's kafka.log
+LOG4J2_CONFIG = Path(__file__).with_name("kafka-log4j2.yaml")
 
 
 def java_binary() -> str:
@@ -86,7 +76,6 @@ class KafkaBroker:
         host: str = "127.0.0.1",
         config: Mapping[str, str] | None = None,
         heap: str = "512m",
-        log_level: str = "INFO",
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
@@ -95,7 +84,6 @@ class KafkaBroker:
         self.work_dir = Path(work_dir).resolve()
         self.config = dict(config or {})
         self.heap = heap
-        self.log_level = log_level
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -136,7 +124,7 @@ class KafkaBroker:
             java_binary(),
             f"-Xmx{self.heap}",
             f"-Djava.io.tmpdir={self.work_dir / 'tmp'}",
-            f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.yaml'}",
+            f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
             "-cp",
             classpath,
             main,
@@ -148,7 +136,6 @@ class KafkaBroker:
             raise BrokerError(f"Kafka broker on {self.bootstrap} already started (pid {self.pid})")
         classpath = os.pathsep.join(jar_paths(kafka_broker_jars()))
         (self.work_dir / "tmp").mkdir(parents=True, exist_ok=True)
-        (self.work_dir / "log4j2.yaml").write_text(_LOG4J2.format(level=self.log_level))
         server_properties = self.work_dir / "server.properties"
         server_properties.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         if not (self.data_dir / "meta.properties").exists():

@@ -11,21 +11,9 @@ while IFS='=' read -r name value; do
     key="$(tr 'A-Z_' 'a-z.' <<< "${name#KAFKA_}")"
     printf '%s=%s\n' "$key" "$value" >> "$conf"
 done < <(env | grep '^KAFKA_' | sort)
-cat > /opt/kafka/config/log4j2.yaml <<'YAML'
-Configuration:
-  Appenders:
-    Console:
-      name: STDOUT
-      PatternLayout:
-        pattern: "[%d] %p %m (%c)%n"
-  Loggers:
-    Root:
-      level: INFO
-      AppenderRef:
-        - ref: STDOUT
-YAML
-java_cmd=(java ${KAFKA_HEAP_OPTS:--Xmx512m} ${KAFKA_OPTS:-} -Dlog4j2.configurationFile=/opt/kafka/config/log4j2.yaml -cp '/opt/kafka/libs/*')
-cluster_id="${CLUSTER_ID:-$("${java_cmd[@]}" kafka.tools.StorageTool random-uuid)}"
+log4j2="$(/opt/venv/bin/python -c 'from airflow_kafka_backpressure.local.apache_kafka import LOG4J2_CONFIG; print(LOG4J2_CONFIG)')"
+java_cmd=(java ${KAFKA_HEAP_OPTS:--Xmx512m} ${KAFKA_OPTS:-} -Dlog4j2.configurationFile=$log4j2 -cp '/opt/kafka/libs/*')
+cluster_id="${CLUSTER_ID:-$(/opt/venv/bin/python -c 'from airflow_kafka_backpressure.local.apache_kafka import new_cluster_id; print(new_cluster_id())')}"
 "${java_cmd[@]}" kafka.tools.StorageTool format --ignore-formatted -t "$cluster_id" -c "$conf" >&2
 echo "kafka-entrypoint: Apache Kafka with $conf:" >&2
 cat "$conf" >&2
