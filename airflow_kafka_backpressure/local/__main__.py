@@ -8,7 +8,7 @@
 
 ``broker`` runs Apache Kafka (KRaft, one node; jars fetched from Maven Central once) in the
 foreground until SIGTERM/SIGINT and prints its bootstrap address once it answers metadata; its data
-and log are in ``--work-dir``. ``--tansu`` runs the Tansu broker of the ``tansu`` extra instead (a
+and log are in ``--work-dir``. ``--tansu`` runs the Tansu broker of the ``local`` extra instead (a
 Kafka-protocol broker in memory, starting in milliseconds, with deviations from Kafka: see the
 README). ``spark-connect`` does the same for a Spark Connect server (the connect engine's
 ``spark_connect`` connection: host ``sc://127.0.0.1``, the printed port), with Spark's Kafka
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("broker", help="run Apache Kafka (KRaft, one node) on 127.0.0.1")
     b.add_argument("--port", type=int, default=None, help="port (default: a free one)")
     b.add_argument("--work-dir", default="kbp-kafka", help="Kafka's data, configuration and log (kafka.log)")
-    b.add_argument("--tansu", action="store_true", help="run the in-memory Tansu broker instead (the tansu extra)")
+    b.add_argument("--tansu", action="store_true", help="run the in-memory Tansu broker instead (the local extra; it deviates from Kafka)")
     b.add_argument("--log", default=None, help="with --tansu: append the broker's output to this file")
     b.set_defaults(func=_broker)
     c = sub.add_parser("spark-connect", help="run a Spark Connect server on 127.0.0.1 (from the installed pyspark)")
