@@ -9,7 +9,7 @@ the folder is renamed into place once complete, under a file lock, so concurrent
 once and never see half a folder.
 
 * :func:`kafka_broker_jars` — ``org.apache.kafka:kafka_2.13`` (KRaft broker and ``StorageTool``)
-  with a log4j2 binding (the broker declares its logging backend compile-only) and the slf4j 2 API
+  and ``kafka-tools`` (the classes behind Kafka's ``bin/kafka-*.sh``), with a log4j2 binding (the broker declares its logging backend compile-only) and the slf4j 2 API
   that binding needs;
 * :func:`spark_kafka_jars` — ``org.apache.spark:spark-sql-kafka-0-10_2.13`` at the installed
   pyspark's version, minus the jars pyspark already ships (Scala, Hadoop client, slf4j, …): what
@@ -135,10 +135,12 @@ def jar_paths(folder: Path) -> list[str]:
 
 
 def kafka_broker_jars(version: str | None = None) -> Path:
-    """Apache Kafka's broker classpath (KRaft), with a log4j2 binding."""
+    """Apache Kafka's broker and tools classpath (KRaft), with a log4j2 binding."""
     version = version or kafka_version()
     coordinates = [
         f"org.apache.kafka:kafka_{SCALA_BINARY}:{version}",
+        # Kafka's command-line tools (kafka-consumer-groups, kafka-topics, …), as its scripts run them
+        f"org.apache.kafka:kafka-tools:{version}",
         f"org.apache.logging.log4j:log4j-core:{LOG4J_VERSION}",
         f"org.apache.logging.log4j:log4j-slf4j2-impl:{LOG4J_VERSION}",
         # nearest-wins would otherwise keep the broker's slf4j 1.7 API, which the binding cannot serve

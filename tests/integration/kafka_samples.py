@@ -45,3 +45,26 @@ def delete_records(bootstrap: str, before: dict) -> None:
         }, earliest
     finally:
         consumer.close()
+
+
+def consumer_group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """``{(topic, partition): (committed offset, log end offset)}`` of ``group`` as Kafka's own
+    ``kafka-consumer-groups.sh --describe`` prints them (its class, run from the broker's jars)."""
+    import subprocess
+
+    from airflow_kafka_backpressure.local.apache_kafka import java_binary
+    from airflow_kafka_backpressure.local.jars import jar_paths, kafka_broker_jars
+
+    out = subprocess.run(
+        [java_binary(), "-Xmx256m", "-cp", ":".join(jar_paths(kafka_broker_jars())),
+         "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+         "--bootstrap-server", bootstrap, "--describe", "--group", group],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout
+    rows = {}
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) >= 6 and cols[0] == group and cols[2].isdigit():
+            rows[(cols[1], int(cols[2]))] = (int(cols[3]), int(cols[4]))
+    assert rows, out
+    return rows

@@ -19,6 +19,7 @@ from airflow_kafka_backpressure.models import TopicPartition
 from airflow_kafka_backpressure.pipeline import PipelineConfig
 
 from . import airflow_harness as af
+from .kafka_samples import consumer_group_offsets
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,8 +88,12 @@ def test_three_runs_ingest_everything_exactly_once_and_the_controller_follows_sp
         assert stored["estimator"]["state"] == state
         assert stored["rate_limit"] == rate_limit == r.xcoms["record"]["rate_limit"]
     assert af.variable(p.controller_variable)["rate_limit"] > 0  # the third batch got an estimate
-    # the group is committed to the end of everything ingested
+    # the group is committed to the end of everything ingested, as Kafka's own tool sees it too
     assert sum(committed(kafka_broker.bootstrap, p).values()) == produced
+    described = consumer_group_offsets(kafka_broker.bootstrap, p.group)
+    assert sorted(described) == [(topic, q) for q in range(4)]
+    assert all(current == end for current, end in described.values()), described
+    assert sum(current for current, _ in described.values()) == produced
     assert af.variable(p.executors_variable)["executors"] >= 1
 
     # clearing a finished run (same run id) reuses its range: same batch, same sink path, no duplicates
