@@ -201,6 +201,20 @@ def check_exactly_once(args: argparse.Namespace, rows: list[dict]) -> None:
     log(f"exactly once: all {len(sent)} produced records are in the sink once, in {len(per_batch)} batch directories")
 
 
+def check_reader(args: argparse.Namespace) -> None:
+    """Every batch with records was read by ``args.reader`` (the image carries Spark's Kafka
+    connector, so the demo pipeline's ``reader: auto`` is Spark's ``format("kafka")``)."""
+    readers: Counter = Counter()
+    for path in glob.glob(os.path.join(args.sink, "batch_id=*", "_manifest.json")):
+        with open(path) as f:
+            manifest = json.load(f)
+        if manifest.get("records"):
+            readers[manifest.get("reader")] += 1
+    if set(readers) != {args.reader}:
+        raise CheckFailed(f"readers of the batches with records: {dict(readers)}; expected only {args.reader!r}")
+    log(f"reader: all {sum(readers.values())} batches with records read with reader={args.reader}")
+
+
 def airflow_session(args: argparse.Namespace):
     """A requests session carrying the admin's bearer token (POST /auth/token)."""
     import requests
@@ -283,6 +297,7 @@ def verify(args: argparse.Namespace) -> None:
     rows = batches(args)
     fail_on_failed(rows)
     check_exactly_once(args, rows)
+    check_reader(args)
     check_scaling(args, rows)
 
 
@@ -290,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--postgres", default="postgresql://airflow:airflow@127.0.0.1:27432/kbp")
     p.add_argument("--kafka", default="127.0.0.1:27092")
+    p.add_argument("--reader", default="native", help="the reader every batch with records must have used")
     p.add_argument("--airflow", default="http://127.0.0.1:27880")
     p.add_argument("--spark-ui", default="http://127.0.0.1:27080")
     p.add_argument("--password", default="admin", help="the Airflow admin's password")

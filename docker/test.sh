@@ -169,6 +169,10 @@ if [[ "$(cat "$HERE/wheels/.complete" 2>/dev/null)" != "$WANT" ]]; then
     echo "$WANT" > "$HERE/wheels/.complete"
 fi
 
+# Spark's Kafka connector for the image (SPARK_HOME/jars), from the host's jar cache
+rm -f "$HERE"/jars/*.jar
+cp "$("$PY" -c 'from airflow_kafka_backpressure.local.jars import spark_kafka_jars; print(spark_kafka_jars())')"/*.jar "$HERE/jars/"
+
 phase "image $KBP_IMAGE"
 docker build --network host -f "$HERE/Dockerfile" --build-arg "BASE_IMAGE=$BASE_IMAGE" \
     --build-arg PIP_INSTALL_OPTIONS=--no-index -t "$KBP_IMAGE" . > "$W/build-kbp.log" 2>&1 \
