@@ -16,7 +16,8 @@ shared in proportion to each range's size. It bounds every batch, the first batc
 pipeline included, whatever the rate says.
 
 :func:`plan_ranges` adds what a scheduler that owns positions needs: first positions for partitions
-never seen before (the group's committed offset, else ``earliest`` or ``latest``), detection of
+never seen before (the group's committed offset, else ``earliest`` or ``latest`` for a topic not
+read yet, else its earliest offset: a partition added later), detection of
 positions below the earliest retained offset (data loss: fail, or skip and record it), and clear
 errors for positions beyond the log end or partitions that disappeared.
 """
@@ -162,7 +163,10 @@ def starting_positions(
     committed: Mapping[TopicPartition, int],
     starting_offsets: str,
 ) -> tuple[dict[TopicPartition, int], tuple[TopicPartition, ...]]:
-    """Where each partition starts: the ledger position, else the committed offset, else the policy."""
+    """Where each partition starts: the ledger position, else the committed offset, else the
+    policy. ``starting_offsets`` is for a topic the pipeline has not read yet: a partition added to
+    a topic it already reads starts at its earliest offset, as in Spark (what was produced into it
+    before the plan saw it would be skipped at ``latest``)."""
     if starting_offsets not in STARTING_OFFSETS:
         raise PlanningError(f"starting_offsets must be one of {STARTING_OFFSETS}, got {starting_offsets!r}")
     gone = sorted(tp for tp in positions if tp not in latest)
@@ -174,6 +178,7 @@ def starting_positions(
         )
     start: dict[TopicPartition, int] = {}
     new: list[TopicPartition] = []
+    read_topics = {tp.topic for tp in positions}
     for tp in sorted(latest):
         if tp in positions:
             start[tp] = positions[tp]
@@ -181,7 +186,8 @@ def starting_positions(
             start[tp] = committed[tp]
             new.append(tp)
         else:
-            start[tp] = earliest[tp] if starting_offsets == "earliest" else latest[tp]
+            from_earliest = starting_offsets == "earliest" or tp.topic in read_topics
+            start[tp] = earliest[tp] if from_earliest else latest[tp]
             new.append(tp)
     return start, tuple(new)
 

@@ -86,9 +86,17 @@ def test_new_partitions_start_at_committed_else_policy():
     assert a.new_partitions == (P0, P1)
     b = plan_ranges({}, earliest, latest, batch_interval_ms=1000, starting_offsets="latest")
     assert [(r.from_offset, r.until_offset) for r in b.ranges] == [(50, 50), (60, 60)]
+    # a partition added to a topic the pipeline already reads starts at its earliest offset, as in
+    # Spark: starting_offsets is for a topic's first plan (at latest its first records would be lost)
     c = plan_ranges({P0: 30}, earliest, latest, batch_interval_ms=1000, starting_offsets="latest")
-    assert [(r.from_offset, r.until_offset) for r in c.ranges] == [(30, 50), (60, 60)]
+    assert [(r.from_offset, r.until_offset) for r in c.ranges] == [(30, 50), (10, 60)]
     assert c.new_partitions == (P1,)
+    # another topic, new to the pipeline: the policy
+    other = TopicPartition("another", 0)
+    d = plan_ranges(
+        {P0: 30}, {**earliest, other: 5}, {**latest, other: 70}, batch_interval_ms=1000, starting_offsets="latest"
+    )
+    assert [(r.tp, r.from_offset) for r in d.ranges] == [(other, 70), (P0, 30), (P1, 10)]
 
 
 def test_data_loss_fails_by_default_naming_the_partition_and_count():
