@@ -141,7 +141,7 @@ def pipeline_maker(
         "sink": str(tmp_path / "sink"),
         "batch_interval_s": 60,
         "ledger_conn_id": "kbp_ledger_test",
-        "reader": "python",
+        # reader "auto": Spark's format("kafka"), the connector being in the session's SPARK_CONF_DIR
         "stall_timeout_s": 30,
         **defaults,
     }

@@ -83,6 +83,8 @@ def test_three_runs_ingest_everything_exactly_once_and_the_controller_follows_sp
         assert r.xcoms["plan"]["batch_id"] == n + 1
         assert r.xcoms["ingest"]["records"] == count == sum(x["until_offset"] - x["from_offset"] for x in r.xcoms["plan"]["ranges"])
         assert sink_ids(p.sink) == Counter(range(produced))  # every record exactly once so far
+        manifest = json.loads((Path(p.sink) / f"batch_id={n + 1}" / "_manifest.json").read_text())
+        assert manifest["reader"] == "native" and manifest["unread"] == []  # Spark's reader, counted as it wrote
         state, rate_limit = expected_controller(ledger, p, [gains] * (n + 1))
         stored = af.variable(p.controller_variable)
         assert stored["estimator"]["state"] == state
@@ -233,3 +235,34 @@ def test_the_arrow_writer_ingests_exactly_once_and_a_rerun_rewrites_the_same_bat
     assert again.state == "success" and ledger.batch(1).attempts == 2
     assert sink_ids(p.sink) == Counter(range(120))
     assert sum(committed(kafka_broker.bootstrap, p).values()) == 120
+
+
+def test_a_partition_added_later_is_read_from_its_first_record(
+    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, spark_connect
+):
+    """``starting_offsets="latest"`` is for the topic's first plan: partitions added to it later
+    (Kafka's CreatePartitions) are read from their earliest offset, as Spark does."""
+    from kafka.admin import KafkaAdminClient, NewPartitions
+
+    make = af.pipeline_maker(
+        monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, connect_url=spark_connect.url, engine="connect"
+    )
+    p, ledger = make(starting_offsets="latest")
+    produce(kafka_broker.bootstrap, topic_name, count=40, partitions=4)  # before the first plan: skipped
+    assert af.run_dag(p.ingest_dag_id, 0).state == "success"
+    produce(kafka_broker.bootstrap, topic_name, count=40, partitions=4, start_id=40)
+    assert af.run_dag(p.ingest_dag_id, 1).state == "success"
+    assert sink_ids(p.sink) == Counter(range(40, 80))
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    try:
+        admin.create_partitions({topic_name: NewPartitions(total_count=6)})
+    finally:
+        admin.close()
+    produce(kafka_broker.bootstrap, topic_name, count=60, partitions=6, start_id=80)  # 10 to each of 6
+    r = af.run_dag(p.ingest_dag_id, 2)
+    assert r.state == "success", r.task_states
+    new_ranges = {x["partition"]: x["from_offset"] for x in r.xcoms["plan"]["ranges"] if x["partition"] >= 4}
+    assert new_ranges == {4: 0, 5: 0}
+    assert sink_ids(p.sink) == Counter(range(40, 140))
+
