@@ -63,6 +63,15 @@ log = logging.getLogger("airflow_kafka_backpressure.spark.job")
 METRICS_PREFIX = "KBP_METRICS "
 ERROR_PREFIX = "KBP_ERROR "
 NATIVE_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+#: Spark's Kafka consumer fetches as the Python reader's does (range_clients.CONFLUENT_FETCH_DEFAULTS):
+#: larger fetches and polls than the Java client's defaults (1 MiB per partition, 500 records per
+#: poll). Interleaved here, 300,000 records into a noop sink: 1.35-1.62 s against 1.53-2.03 s.
+#: The connection's own settings win.
+NATIVE_FETCH_DEFAULTS = {
+    "kafka.max.partition.fetch.bytes": str(4 * 1024 * 1024),
+    "kafka.fetch.max.bytes": str(16 * 1024 * 1024),
+    "kafka.max.poll.records": "10000",
+}
 
 __all__ = ["JobError", "check_bounds", "main", "range_problems", "run_batch"]
 
@@ -120,7 +129,7 @@ def native_options(spec: JobSpec) -> dict[str, str]:
         assign.setdefault(r.topic, []).append(r.partition)
         starting.setdefault(r.topic, {})[str(r.partition)] = r.from_offset
         ending.setdefault(r.topic, {})[str(r.partition)] = r.until_offset
-    opts = to_spark_kafka_options(spec.kafka)
+    opts = {**NATIVE_FETCH_DEFAULTS, **to_spark_kafka_options(spec.kafka)}
     opts.update(
         assign=json.dumps(assign),
         startingOffsets=json.dumps(starting),

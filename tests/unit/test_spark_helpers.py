@@ -119,6 +119,9 @@ def test_native_options_cover_only_non_empty_ranges():
     assert opts["kafka.bootstrap.servers"] == "h:9092" and "kafka.sasl.jaas.config" in opts
     assert opts["includeHeaders"] == "true"
     assert opts["kafkaConsumer.pollTimeoutMs"] == "60000"  # the spec's stall timeout
+    assert opts["kafka.max.poll.records"] == "10000"  # the reader's fetch sizes, unless the connection sets them
+    tuned = native_options(JobSpec(plan=plan, kafka={**kafka, "max.poll.records": 50}, launched_at_ms=0))
+    assert tuned["kafka.max.poll.records"] == "50"
 
 
 # --------------------------------------------------------------------------- packaging
