@@ -19,7 +19,7 @@ from typing import Any
 from .control.allocation import ON_DATA_LOSS, STARTING_OFFSETS
 from .engines import ENGINES
 from .models import DEFAULT_WRITER, writer_problem
-from .storage import is_absolute_location
+from .storage import _SCHEME_ALIASES, is_absolute_location
 
 #: Environment variable naming the pipelines file (JSON: a list, or {"pipelines": [...]}).
 PIPELINES_FILE_ENV = "KBP_PIPELINES_FILE"
@@ -202,7 +202,48 @@ class PipelineConfig:
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"{source}: pipeline names must be unique; repeated: {dupes}")
+        shared_problems = sharing_problems(configs)
+        if shared_problems:
+            raise ValueError(f"{source}: " + "; ".join(shared_problems))
         return configs
+
+
+def sink_key(sink: str) -> tuple[str, ...]:
+    """The place ``sink`` names, as path components for comparison: a local path with symbolic
+    links resolved (as far as they exist), a URI with its scheme's alias resolved (``s3a`` is
+    ``s3``) and no trailing slash."""
+    if "://" in sink and not sink.startswith("file://"):
+        scheme, _, rest = sink.partition("://")
+        scheme = _SCHEME_ALIASES.get(scheme.lower(), scheme.lower())
+        return (scheme, *[part for part in rest.split("/") if part])
+    path = os.path.realpath(sink[len("file://"):] if sink.startswith("file://") else sink)
+    return ("file", *[part for part in path.split(os.sep) if part])
+
+
+def sharing_problems(configs: list[PipelineConfig]) -> list[str]:
+    """Pairs of pipelines that would mix their batches or their commits: one sink (or one inside
+    the other's), or one consumer group (pure, but for resolving local symbolic links)."""
+    problems = []
+    for i, a in enumerate(configs):
+        for b in configs[i + 1 :]:
+            ka, kb = sink_key(a.sink), sink_key(b.sink)
+            if ka == kb:
+                problems.append(
+                    f"pipelines {a.name!r} and {b.name!r} write the same sink ({a.sink!r}, {b.sink!r}): their "
+                    "batches would replace each other's; give each pipeline its own sink"
+                )
+            elif ka[: len(kb)] == kb or kb[: len(ka)] == ka:
+                outer, inner = (a, b) if len(ka) < len(kb) else (b, a)
+                problems.append(
+                    f"pipeline {inner.name!r}'s sink {inner.sink!r} is inside pipeline {outer.name!r}'s sink "
+                    f"{outer.sink!r}: readers of the outer one would see both; give each pipeline a sink of its own"
+                )
+            if a.group == b.group:
+                problems.append(
+                    f"pipelines {a.name!r} and {b.name!r} commit the same consumer group {a.group!r}: each would "
+                    "move the other's offsets; set a different group_id on one of them"
+                )
+    return problems
 
 
 #: Fields holding seconds: each a finite number > 0 (or null where the field allows it).

@@ -91,3 +91,35 @@ def test_malformed_entries_name_their_position(item, fragments):
         PipelineConfig.load_all(text, source="pipelines.json")
     for fragment in fragments:
         assert fragment in str(e.value), (fragment, str(e.value))
+
+
+@pytest.mark.parametrize(
+    "second, fragments",
+    [
+        ({"sink": "/data/orders/"}, ["pipelines 'orders' and 'b' write the same sink"]),
+        ({"sink": "/data/orders/late"}, ["pipeline 'b''s sink '/data/orders/late' is inside pipeline 'orders''s sink"]),
+        ({"sink": "/data/b", "group_id": "kbp-orders"}, ["pipelines 'orders' and 'b' commit the same consumer group 'kbp-orders'"]),
+    ],
+)
+def test_pipelines_that_would_mix_batches_or_commits_are_refused_naming_both(second, fragments):
+    text = json.dumps([{**BASE, "sink": "/data/orders"}, {**BASE, "name": "b", **second}])
+    with pytest.raises(ValueError) as e:
+        PipelineConfig.load_all(text, source="pipelines.json")
+    for fragment in fragments:
+        assert fragment in str(e.value), (fragment, str(e.value))
+
+
+def test_a_symlink_to_another_pipelines_sink_is_the_same_sink(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    text = json.dumps([{**BASE, "sink": str(tmp_path / "real")}, {**BASE, "name": "b", "sink": str(tmp_path / "link")}])
+    with pytest.raises(ValueError, match="pipelines 'orders' and 'b' write the same sink"):
+        PipelineConfig.load_all(text, source="pipelines.json")
+
+
+def test_object_store_sinks_compare_by_bucket_and_prefix():
+    ok = [{**BASE, "sink": "s3://bucket/orders"}, {**BASE, "name": "b", "sink": "s3://bucket/orders-b"}]
+    assert len(PipelineConfig.load_all(json.dumps(ok))) == 2
+    same = [{**BASE, "sink": "s3://bucket/orders"}, {**BASE, "name": "b", "sink": "s3a://bucket/orders/"}]
+    with pytest.raises(ValueError, match="write the same sink"):
+        PipelineConfig.load_all(json.dumps(same))
