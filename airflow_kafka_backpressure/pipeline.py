@@ -25,6 +25,10 @@ from .storage import _SCHEME_ALIASES, is_absolute_location
 PIPELINES_FILE_ENV = "KBP_PIPELINES_FILE"
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+#: A batch's lease: how long after its worker's last sign of life it counts as abandoned (``lease_s``).
+DEFAULT_LEASE_S = 120.0
+#: The least time a planned batch waits for its ingest task (:attr:`PipelineConfig.planned_lease_s`).
+MIN_PLANNED_LEASE_S = 60.0
 #: Default batch timeout: this many batch intervals, but never less than MIN_BATCH_TIMEOUT_S.
 BATCH_TIMEOUT_INTERVALS = 5
 MIN_BATCH_TIMEOUT_S = 600.0
@@ -107,6 +111,14 @@ class PipelineConfig:
             raise bad("executor_cores", self.executor_cores, "must be >= 1")
 
     # ----- derived names ----------------------------------------------------------------------
+    @property
+    def planned_lease_s(self) -> float:
+        """How long a planned batch may wait for its ingest task to claim it before the replay DAG
+        may take it over (the plan or the ingest task died in between): the batch lease, but at
+        least two batch intervals and :data:`MIN_PLANNED_LEASE_S` (a task queued behind a busy
+        executor is late, not dead)."""
+        return max(self.lease_s or DEFAULT_LEASE_S, 2 * self.batch_interval_s, MIN_PLANNED_LEASE_S)
+
     @property
     def group(self) -> str:
         return self.group_id or f"kbp-{self.name}"

@@ -52,8 +52,13 @@ class PlansMixin(LedgerBase):
         rate: float | None = None,
         data_loss: Sequence[DataLoss] = (),
         lag: int | None = None,
+        lease_ms: int | None = None,
     ) -> BatchPlan:
         """Store a new batch and its ranges in one transaction and return its plan (with its id).
+
+        ``lease_ms``: how long the planned batch may wait for its ingest task to claim it before it
+        counts as abandoned (the plan or the ingest task died in between) and the replay DAG may take
+        it, as it takes a running batch whose lease expired. No attempt owns it meanwhile.
 
         If ``(pipeline, run_id)`` already has a plan (a retry, or a concurrent writer of the same run),
         that stored plan is returned unchanged. Raises :class:`LedgerConflict` when the offsets are
@@ -63,6 +68,8 @@ class PlansMixin(LedgerBase):
             raise ValueError("record_plan: pipeline must be a non-empty string")
         if not run_id:
             raise ValueError(f"record_plan: pipeline {pipeline!r}: run_id must be a non-empty string")
+        if lease_ms is not None and not lease_ms > 0:
+            raise ValueError(f"record_plan: pipeline {pipeline!r}: lease_ms must be > 0, got {lease_ms!r}")
         existing = self.get_plan(pipeline, run_id)
         if existing is not None:
             return existing
@@ -96,6 +103,7 @@ class PlansMixin(LedgerBase):
                             attempts=0,
                             plan_json="",
                             sink=sink,
+                            lease_expires_at_ms=None if lease_ms is None else created + int(lease_ms),
                         )
                     ).inserted_primary_key[0]
                 )

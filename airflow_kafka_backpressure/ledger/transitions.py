@@ -72,12 +72,20 @@ class TransitionsMixin(LedgerBase):
         return self._finish(batch_id, SUCCEEDED, records, processing_ms, at_ms, token)
 
     def mark_failed(
-        self, batch_id: int, error: str, *, at_ms: int | None = None, token: str | None = None
+        self,
+        batch_id: int,
+        error: str,
+        *,
+        at_ms: int | None = None,
+        token: str | None = None,
+        only_from: tuple[str, ...] | None = None,
     ) -> BatchRecord:
-        """The batch (or its replay) failed; it becomes replayable. ``error`` is kept for the UI."""
+        """The batch (or its replay) failed; it becomes replayable. ``error`` is kept for the UI.
+        ``only_from``: statuses it may fail from, for a caller that holds no token (a task that
+        failed before it claimed the batch must not take it from the attempt that did)."""
         at = at_or_now(at_ms)
         values = {"ended_at_ms": at, "error": str(error), "lease_expires_at_ms": None}
-        return self._transition(batch_id, FAILED, values, at_ms=at, token=token)
+        return self._transition(batch_id, FAILED, values, at_ms=at, token=token, only_from=only_from)
 
     def mark_replaying(
         self,
@@ -186,12 +194,18 @@ class TransitionsMixin(LedgerBase):
         at_ms: int | None = None,
         token: str | None = None,
         before_ranges: Callable[[Connection, BatchRecord], None] | None = None,
+        only_from: tuple[str, ...] | None = None,
     ) -> BatchRecord:
         """Move a batch to ``target`` under its row lock; its ranges follow (an abandoned batch's
         become ``lost``) and the commit watermarks with them. ``before_ranges`` runs in the same
         transaction after the checks, before the ranges change."""
         with self.engine.begin() as conn:
             current = self._locked(conn, batch_id, token, f"mark it {target!r}")
+            if only_from is not None and current.status not in only_from:
+                raise InvalidTransition(
+                    f"Batch {batch_id} is {current.status!r}: left as it is, not marked {target!r} (this caller "
+                    f"may only move it from {', '.join(only_from)})"
+                )
             stale = is_stale(
                 current.status, current.lease_expires_at_ms, current.last_activity_ms, at_or_now(at_ms),
                 stale_before_ms,

@@ -26,12 +26,10 @@ from ..assets import batch_event_extra, emit_batch_events, sink_asset
 from ..hooks.spark_batch import SparkBatchHook
 from ..ledger import LeaseLost, Ledger, new_attempt_token
 from ..models import Adoption, BatchMetrics, BatchPlan
+from ..pipeline import DEFAULT_LEASE_S as LEASE_S
 from ..pipeline import PipelineConfig
 from .base import PipelineOperator
 
-#: A batch's lease: how long after its worker's last sign of life it counts as abandoned
-#: (the pipeline's ``lease_s`` overrides it).
-LEASE_S = 120.0
 #: How often a running attempt renews its lease (at most a quarter of the lease).
 LEASE_RENEW_S = 30.0
 

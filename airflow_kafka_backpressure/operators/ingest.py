@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from ..ledger import PLANNED, InvalidTransition
 from ..models import BatchMetrics
 from ..pipeline import PipelineConfig
 from .batch import BatchRunningOperator
@@ -35,8 +36,13 @@ class SparkKafkaBatchOperator(BatchRunningOperator):
             settings = load_settings(p)
             executors = load_executor_target(p, settings)["executors"]
             kafka_props = self.kafka_hook.client_properties()
-        except Exception as e:  # the batch must not wait a day to be found: it is replayable now
-            ledger.mark_failed(plan.batch_id, f"before the job started: {type(e).__name__}: {e}")
+        except Exception as e:  # the batch is replayable now, unless another attempt holds it
+            try:
+                ledger.mark_failed(
+                    plan.batch_id, f"before the job started: {type(e).__name__}: {e}", only_from=(PLANNED,)
+                )
+            except InvalidTransition as not_ours:  # replaying, running, or done: the error below is the news
+                self.log.warning("%s", not_ours)
             raise
 
         token = self.claim(ledger, plan.batch_id, replay=False, executors=executors)

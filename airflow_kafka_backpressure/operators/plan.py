@@ -111,6 +111,7 @@ class PlanOffsetRangesOperator(PipelineOperator):
             allocation.rate_limit,
             allocation.data_loss,
             lag=lag_after,
+            lease_ms=int(p.planned_lease_s * 1000),
         )
         self.log.info(
             "Batch %s: %s records over %s partitions (mode %s, rate limit %s records/s, %s records left "

@@ -114,3 +114,49 @@ def test_two_replayers_cannot_both_claim_an_expired_batch(ledger: Ledger, ledger
     assert sum(isinstance(x, InvalidTransition) for x in results) == 2, results
     winner = next(x for x in results if not isinstance(x, Exception))
     assert ledger.batch(b).owner_token == winner.owner_token
+
+
+def test_a_planned_batch_nobody_claims_becomes_replayable_when_its_plan_lease_expires(ledger: Ledger):
+    """The plan task died after recording the plan, or the ingest task before claiming it: the batch
+    is found once the plan's lease expires, not after a day (no stale_before_ms needed)."""
+    b = ledger.record_plan(P, "run-1", [OffsetRange(T, 0, 0, 10)], "/s", 1000, 0, lease_ms=60_000).batch_id
+    planned = ledger.batch(b)
+    assert planned.status == "planned" and planned.owner_token is None
+    expires = planned.created_at_ms + 60_000
+    assert planned.lease_expires_at_ms == expires
+    assert replayable(ledger, now=expires - 1) == []
+    with pytest.raises(InvalidTransition, match="may still be in progress"):
+        ledger.mark_replaying(b, at_ms=expires - 1, token=new_attempt_token())
+    assert replayable(ledger, now=expires) == [b]
+    replay = new_attempt_token()
+    claimed = ledger.mark_replaying(b, at_ms=expires + 1, token=replay, lease_ms=5_000)
+    assert (claimed.status, claimed.owner_token) == ("replaying", replay)
+    # the late ingest task can no longer start it
+    with pytest.raises(InvalidTransition, match="replay DAG is replaying it"):
+        ledger.mark_running(b, token=new_attempt_token(), lease_ms=5_000, at_ms=expires + 2)
+
+
+def test_an_ingest_task_claims_its_planned_batch_within_the_plan_lease(ledger: Ledger):
+    b = ledger.record_plan(P, "run-1", [OffsetRange(T, 0, 0, 10)], "/s", 1000, 0, lease_ms=60_000).batch_id
+    token = new_attempt_token()
+    run = ledger.mark_running(b, token=token, lease_ms=1_000, at_ms=1_000)  # its own lease from now on
+    assert (run.status, run.owner_token, run.lease_expires_at_ms) == ("running", token, 2_000)
+    with pytest.raises(ValueError, match="lease_ms must be > 0"):
+        ledger.record_plan(P, "run-2", [OffsetRange(T, 0, 10, 20)], "/s", 1000, 0, lease_ms=0)
+
+
+def test_a_failure_before_the_claim_never_takes_the_batch_from_the_attempt_that_holds_it(ledger: Ledger):
+    """The ingest task fails before claiming (settings, connection): it marks the batch failed only
+    while it is still planned; a replay that took it over, or a finished batch, stays as it is."""
+    b = new_batch(ledger)
+    replay = new_attempt_token()
+    ledger.mark_failed(b, "first failure")
+    ledger.mark_replaying(b, token=replay, lease_ms=60_000)
+    with pytest.raises(InvalidTransition, match=rf"Batch {b} is 'replaying': left as it is, not marked 'failed'"):
+        ledger.mark_failed(b, "before the job started: bad settings", only_from=("planned",))
+    assert (ledger.batch(b).status, ledger.batch(b).owner_token) == ("replaying", replay)
+    ledger.mark_replayed(b, 10, 5, token=replay)
+    with pytest.raises(InvalidTransition, match="is 'replayed': left as it is"):
+        ledger.mark_failed(b, "a cleared run's settings failed", only_from=("planned",))
+    fresh = new_batch(ledger, "run-2", start=10)
+    assert ledger.mark_failed(fresh, "before the job started", only_from=("planned",)).status == "failed"

@@ -123,3 +123,12 @@ def test_object_store_sinks_compare_by_bucket_and_prefix():
     same = [{**BASE, "sink": "s3://bucket/orders"}, {**BASE, "name": "b", "sink": "s3a://bucket/orders/"}]
     with pytest.raises(ValueError, match="write the same sink"):
         PipelineConfig.load_all(json.dumps(same))
+
+
+def test_a_planned_batch_waits_for_its_ingest_task_a_lease_two_intervals_and_a_minute_at_least():
+    (p,) = load()
+    assert p.planned_lease_s == 120.0  # the default batch lease
+    (p,) = load(lease_s=20, batch_interval_s=15)
+    assert p.planned_lease_s == 60.0  # a minute at least
+    (p,) = load(lease_s=20, batch_interval_s=300)
+    assert p.planned_lease_s == 600.0  # two intervals
