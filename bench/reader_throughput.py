@@ -140,6 +140,11 @@ def confluent_consumer(bootstrap: str, ranges: list[OffsetRange]) -> int:
     return n
 
 
+def reader_clients(args: argparse.Namespace) -> tuple[str, ...]:
+    """The Kafka clients of the reader lines (``--no-kafka-python``: confluent-kafka only)."""
+    return ("confluent",) if args.no_kafka_python else ("confluent", "kafka-python")
+
+
 def kafka_python_consumer(bootstrap: str, ranges: list[OffsetRange]) -> int:
     """One kafka-python consumer over all ranges; counts the records inside them."""
     from kafka import KafkaConsumer, TopicPartition
@@ -262,6 +267,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="rounds over all lines; each line's best is kept")
     ap.add_argument("--warmup", type=int, default=1, help="uncounted rounds over all lines before the timed ones")
     ap.add_argument("--skip-spark", action="store_true", help="only the plain-Python lines")
+    ap.add_argument(
+        "--no-kafka-python", action="store_true",
+        help="leave out the kafka-python lines (~30x slower than confluent-kafka on batched records: minutes per round at 10^6)",
+    )
     args = ap.parse_args()
 
     from airflow_kafka_backpressure.spark.range_clients import confluent_available
@@ -270,6 +279,7 @@ def main() -> None:
     if not confluent_available():
         raise SystemExit("the baseline needs confluent-kafka: pip install -c constraints.txt -e '.[confluent]'")
     batch = args.max_records_per_batch or DEFAULT_MAX_RECORDS_PER_BATCH
+    clients = reader_clients(args)
     tmp_root = REPO / ".tmp"
     tmp_root.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-reader-", dir=tmp_root))
@@ -293,9 +303,10 @@ def main() -> None:
 
             lines: list[Line] = [
                 (BASELINE, lambda: confluent_consumer(bootstrap, ranges)),
-                ("kafka-python consumer", lambda: kafka_python_consumer(bootstrap, ranges)),
             ]
-            for client in ("confluent", "kafka-python"):
+            if not args.no_kafka_python:
+                lines.append(("kafka-python consumer", lambda: kafka_python_consumer(bootstrap, ranges)))
+            for client in clients:
                 fn = read_range_loop(client, batch)
                 lines.append((f"read_range ({client})", lambda fn=fn: fn(bootstrap, ranges)))
             with concurrent_readers(2) as pair:
@@ -362,6 +373,7 @@ def spark_reads(
     )
 
     registry.register(spark, KafkaRangeDataSource)
+    clients = reader_clients(args)
     tuning: dict[str, Any] = {}
     if args.max_records_per_batch:
         tuning["max_records_per_batch"] = args.max_records_per_batch
@@ -397,7 +409,7 @@ def spark_reads(
         return total
 
     warm: list[Line] = [
-        (f"data source {client} (warm)", lambda c=client: data_source(c)) for client in ("confluent", "kafka-python")
+        (f"data source {client} (warm)", lambda c=client: data_source(c)) for client in clients
     ]
     def data_source_parquet(plain_columns: tuple[str, ...] | None) -> int:
         opts = range_source_options(ranges, props, client="confluent", **tuning)
