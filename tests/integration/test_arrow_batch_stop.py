@@ -1,6 +1,7 @@
-"""Stopping a running batch of the arrow writer (the default for a pipeline without a transform:
-the Spark task that reads a range writes its Parquet file), with both engines, under real Airflow,
-real Spark and a real broker.
+"""Stopping a running batch of the arrow writer (the default for a pipeline of the Python reader
+without a transform: the Spark task that reads a range writes its Parquet file), with both engines,
+under real Airflow, real Spark and a real broker. The pipelines name ``reader: python`` (the
+session's Spark has the Kafka connector, which ``auto`` would pick).
 
 The batch is held running by the network, not by the product: the broker sits behind a
 :class:`.kafka_gate.FetchGate` that holds its Kafka fetches, so the batch's reading-and-writing
@@ -61,7 +62,7 @@ def kill_task_when_held(gate, result: dict) -> threading.Thread:
 
 def test_killing_an_arrow_writer_batch_stops_it_and_it_replays_exactly_once(engine_setup, kafka_broker, gate):
     engine, server, make, _ = engine_setup
-    p, ledger = make(name=f"akill_{engine}", replay_interval_s=20)
+    p, ledger = make(name=f"akill_{engine}", replay_interval_s=20, reader="python")
     produce(kafka_broker.bootstrap, p.topics[0], count=120, partitions=4)
     gate.close()
 
@@ -83,7 +84,7 @@ def test_an_arrow_writer_batch_whose_fetches_stall_fails_and_replays_exactly_onc
     any batch timeout, the pipelines file insists). The tasks fail inside the arrow writer; the
     batch is failed with the reader's diagnosis, nothing of the attempt is left, and it replays."""
     engine, server, make, _ = engine_setup
-    p, ledger = make(name=f"astall_{engine}", replay_interval_s=20, stall_timeout_s=15)
+    p, ledger = make(name=f"astall_{engine}", replay_interval_s=20, stall_timeout_s=15, reader="python")
     produce(kafka_broker.bootstrap, p.topics[0], count=120, partitions=4)
     gate.close()
 

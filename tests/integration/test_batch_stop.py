@@ -179,7 +179,7 @@ def check_failed_and_replay(
 
     release()
     # the replay runs with the default timeout: the stop was the batch's, not the pipeline's
-    p2, ledger = make(name=p.name, transform=transform, replay_interval_s=20)
+    p2, ledger = make(name=p.name, transform=transform, replay_interval_s=20, reader=p.reader)
     replay = af.run_dag(p2.replay_dag_id, 0)
     assert replay.state == "success", replay.task_states
     assert [x["batch_id"] for x in replay.xcoms["replay"]] == [1]
