@@ -164,10 +164,35 @@ class KafkaBroker:
                 self.process = None
                 raise BrokerError(f"Kafka exited with code {code} while starting on {self.bootstrap}; see {self.log_path}")
             if self._listening() and metadata_ok(f"{self.host}:{self.port}", timeout_s=2.0):
-                return self
+                if self._group_coordinator_ready():
+                    return self
             time.sleep(0.2)
         self.stop()
         raise BrokerError(f"Kafka on {self.bootstrap} did not answer metadata within {timeout_s:g}s; see {self.log_path}")
+
+    def _group_coordinator_ready(self) -> bool:
+        """True once a consumer group's offsets can be read: the first such request makes the broker
+        create and load ``__consumer_offsets``, answering "coordinator not available" or "not
+        coordinator" meanwhile. Waiting for it here gives every user of the broker a settled group
+        coordinator (a test's first commit then meets no coordinator moving under it)."""
+        from kafka import KafkaAdminClient
+
+        from ..kafka.clients import new_client
+
+        try:
+            admin = new_client(
+                KafkaAdminClient, bootstrap_servers=f"{self.host}:{self.port}", request_timeout_ms=5000,
+                client_id="kbp-ready",
+            )
+        except Exception:
+            return False
+        try:
+            admin.list_group_offsets("kbp-broker-ready")
+            return True
+        except Exception:
+            return False
+        finally:
+            admin.close()
 
     def _listening(self) -> bool:
         import socket

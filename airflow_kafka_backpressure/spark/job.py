@@ -254,14 +254,31 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+#: Where the cause of a failed batch shows in a Spark error, most specific first: the Python
+#: reader's and the sink's own errors (their message alone), then what Spark's Kafka reader throws
+#: (a fetch that got nothing within the poll timeout, offsets gone, the client's own errors).
+_FAILURE_MARKERS = ("KafkaRangeReadError:", "SinkError:", "StorageError:")
+_KAFKA_FAILURE_MARKERS = (
+    "java.util.concurrent.TimeoutException:",
+    "org.apache.kafka.clients.consumer.OffsetOutOfRangeException:",
+    "org.apache.kafka.common.KafkaException:",
+    "org.apache.kafka.common.errors.",
+)
+
+
 def _spark_failure(e: Exception) -> str:
-    """The useful line of a Spark error (an executor's KafkaRangeReadError or SinkError, if any)."""
-    text = str(e)
-    for marker in ("KafkaRangeReadError:", "SinkError:", "StorageError:"):
-        for line in text.splitlines():
+    """The useful line of a Spark error (an executor's KafkaRangeReadError or SinkError, or the
+    exception of Spark's Kafka reader, if any)."""
+    lines = str(e).strip().splitlines()
+    for marker in _FAILURE_MARKERS:
+        for line in lines:
             if marker in line:
                 return line.split(marker, 1)[1].strip()
-    return text.strip().splitlines()[0] if text.strip() else type(e).__name__
+    for marker in _KAFKA_FAILURE_MARKERS:
+        for line in lines:
+            if marker in line:
+                return line[line.index(marker):].strip()
+    return lines[0] if lines else type(e).__name__
 
 
 def arrow_codec(compression: str | None) -> bool:

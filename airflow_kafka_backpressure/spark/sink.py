@@ -66,8 +66,9 @@ still committed: one schema-only Parquet file plus the manifest.
 Manifest fields: ``manifest_version``, ``batch_id``, ``token`` and ``attempt`` (the attempt that wrote
 it: its token and the ledger's attempt number, or null), ``written_at_ms``, ``format``, ``files``
 ([{name, bytes, rows}]), ``rows`` (written), ``executors`` (distinct executors that read the batch's
-ranges; when none was recorded by the Python reader — an empty batch, the native reader — at least
-one if Spark wrote a file), ``ranges``, ``partitions``
+ranges: named by the Python reader's completion records, or for the native reader by the driver's
+status store; when none is known — an empty batch, a Connect session's native read — at least one
+if Spark wrote a file), ``ranges``, ``partitions``
 ([{topic, partition, records}] read), ``records``, ``bytes`` (key + value bytes read), ``unread``
 (ranges the job did not read to their end, or read without counting — the transform did not
 consume them, or it read them with the native reader; their counts come from a second read), and what the caller passes as ``describe`` (pipeline, run id, reader,
@@ -88,6 +89,7 @@ from pyspark.sql.types import StructType
 from airflow_kafka_backpressure.models import OffsetRange, batch_path
 from airflow_kafka_backpressure.spark import registry
 from airflow_kafka_backpressure.spark.completion import completed_reads, tally_reads
+from airflow_kafka_backpressure.spark.executors import executors_that_ran
 from airflow_kafka_backpressure.spark.fencing import fence_problem, raise_fence, read_fence
 from airflow_kafka_backpressure.spark.manifest_source import (
     MANIFEST_NAME,
@@ -178,6 +180,7 @@ class BatchSinkWriter(DataSourceArrowWriter):
                 (OffsetRange.from_dict(d["range"]), int(d["records"]), int(d["bytes"]))
                 for d in json.loads(opts.get("reads", "[]"))
             ]
+            self.read_by = [str(e) for e in json.loads(opts.get("executors", "[]"))]
         except (KeyError, ValueError, TypeError) as e:
             raise SinkError(f"{SINK_SOURCE_NAME}: options sink, batchId, token and ranges are required ({e})") from e
         self.stage = opts.get("stage", "")
@@ -221,6 +224,7 @@ class BatchSinkWriter(DataSourceArrowWriter):
                 self.compression,
                 attempt=self.attempt,
                 reads=self.reads,
+                read_by=self.read_by,
             )
         elif self.stage == "abort":
             try:
@@ -288,10 +292,12 @@ def commit_batch(
     *,
     attempt: int | None = None,
     reads: Sequence[tuple[OffsetRange, int, int]] = (),
+    read_by: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Publish the staging directory of attempt ``token`` as batch ``batch_id`` (see the module doc).
     ``reads``: ranges read to their end, with their records and key+value bytes, known on the
-    driver (the native reader's observed counts) rather than left as completion records."""
+    driver (the native reader's observed counts) rather than left as completion records, and
+    ``read_by`` the executors that read them."""
     root = location(sink)
     staging = root.child(staging_dir_name(batch_id, token))
     final = root.child(batch_dir_name(batch_id))
@@ -300,6 +306,7 @@ def commit_batch(
         files = _published_files(staging)
         read_dir = staging.child(READ_DIR)
         completed, executors = completed_reads(read_dir)
+        executors |= set(read_by)
         counts, nbytes, unread = tally_reads(ranges, [*completed, *reads])
         read_dir.delete()
         # executors: those that read the ranges; none read (an empty batch, the native reader): at
@@ -491,13 +498,18 @@ def write_batch(
     # Timestamps as INT64 microseconds (Spark's default, INT96, is deprecated in Parquet).
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     data, observed = observe_reads(df, ranges) if count_reads and write_data is None else (df, None)
+    read_by: set[str] | None = None
     try:
         if write_data is not None:
             write_data(staging_uri(sink, batch_id, token))
         else:
-            data.write.mode("append").option("compression", compression or "snappy").options(
+            writer = data.write.mode("append").option("compression", compression or "snappy").options(
                 **plain_column_options(df.columns, plain_columns)
-            ).parquet(staging_uri(sink, batch_id, token))
+            )
+            if observed is not None:  # Spark's reader names no executor: the driver's status store does
+                read_by = executors_that_ran(spark, lambda: writer.parquet(staging_uri(sink, batch_id, token)))
+            else:
+                writer.parquet(staging_uri(sink, batch_id, token))
     except Exception:
         try:
             stage("abort")
@@ -506,6 +518,7 @@ def write_batch(
         raise
     if observed is not None:
         opts["reads"] = json.dumps([{"range": r.to_dict(), "records": n, "bytes": b} for r, n, b in observed()])
+        opts["executors"] = json.dumps(sorted(read_by or ()))
     stage("commit")
     manifest = read_manifest(sink, batch_id) if in_driver else committed_manifest(spark, sink, batch_id)
     if manifest is None or manifest.get("token") != token:
