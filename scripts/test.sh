@@ -14,4 +14,4 @@ if [[ -z "${KBP_TEST_POSTGRES_URL:-}" && $EUID -eq 0 ]]; then
     trap 'bash .ci/postgres.sh stop >/dev/null 2>&1 || true' EXIT
 fi
 
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=30 "$@"
