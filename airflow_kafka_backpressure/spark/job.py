@@ -95,7 +95,22 @@ def native_reader_available(spark: Any) -> bool:
         return False
 
 
+#: The Connect probe's answer per server session (a kept session serves many batches; the probe is
+#: a failed analysis, ~0.5-1 s with the server's stack trace).
+_CONNECT_PROBES: dict[str, bool] = {}
+
+
 def _connect_has_kafka_source(spark: Any) -> bool:
+    session = getattr(spark, "session_id", None)
+    if session is not None and session in _CONNECT_PROBES:
+        return _CONNECT_PROBES[session]
+    found = _probe_kafka_source(spark)
+    if session is not None:
+        _CONNECT_PROBES[session] = found
+    return found
+
+
+def _probe_kafka_source(spark: Any) -> bool:
     try:
         spark.read.format("kafka").load().schema  # noqa: B018 - the analysis is the probe
     except Exception as e:
