@@ -12,8 +12,7 @@ reads the same ranges several ways and prints records/s and the ratio to the fir
 * ``read_range (<client>)`` — the reader's per-partition function in plain Python, one range after
   the other, Arrow batches built (what each Spark task does, without Spark);
 * ``read_range (confluent), 2 processes`` — the same in two worker processes at once, one range
-  per task, as ``local[2]`` runs the Data Source: on the embedded broker two concurrent fetches
-  cost it more CPU than two in a row (see the README), so this line can be *below* the one above;
+  per task, as ``local[2]`` runs the Data Source;
 * ``data source confluent (first query)`` — the Data Source in a fresh local[N] session, rows sent
   to Spark's ``noop`` sink (read cost only), Python workers and data source planning started cold;
 * ``data source <client> (warm)`` — the same once the session's Python workers run;

@@ -1,6 +1,6 @@
 """End to end: the cost mode holds the real job's processing ratio at its target.
 
-Real parts only: the shipped ingest DAG under Airflow (``dag.test``), the Tansu broker, a Spark
+Real parts only: the shipped ingest DAG under Airflow (``dag.test``), Apache Kafka, a Spark
 Connect server (``local[2]``: the connect engine, the one with the small fixed cost per batch) and
 a SQLite ledger. The job's transform costs a known time per record (a sleep in the Python worker,
 :func:`e2e_transforms.cost_per_record`), a cost that does not change with the machine's load.

@@ -1,7 +1,7 @@
 """KafkaLagSensor under real Airflow (``dag.test()``, SQLite metadata DB) against the real embedded
 broker: a lag builds up because records are produced and nothing ingests them. Poke mode and
 deferred (``dag.test()`` runs the trigger inline); the retention-risk case uses the offsets the
-broker reports (the embedded broker never deletes records, so its earliest offset stays 0 and a
+broker reports (nothing deletes records of this test's topic, so its earliest offset stays 0 and a
 position within the margin of 0 is at risk)."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Issue 9, items 1 and 2: the replay never stalls, handles retention loss per ``on_data_loss``, and
+"""Issue 9, items 1 and 2: the replay never stalls, handles retention loss per ``on_data_loss`` (the
+records are deleted on the broker, as retention deletes them), and
 adopts a batch that was written but not marked — the shipped DAGs under real Airflow (dag.test), the
 real broker, real Spark (spark-submit, local[2]) and a SQLite ledger. The sink is read back with
 pyarrow, independently of the job."""
@@ -16,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.local.producer import produce
 from airflow_kafka_backpressure.models import OffsetRange, TopicPartition
 from airflow_kafka_backpressure.pipeline import PipelineConfig
 
 from . import airflow_harness as af
+from .kafka_samples import delete_records
 from .test_pipeline_e2e import committed, sink_ids
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,20 +37,6 @@ def airflow_db():
 @pytest.fixture
 def make_pipeline(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
     return af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
-
-
-def emulate_retention(monkeypatch, earliest: dict[TopicPartition, int]) -> None:
-    """The embedded broker cannot delete records (NOTES.md: delete_records panics it), so this test
-    emulates retention at the offsets hook only: the earliest offsets the broker reports are raised
-    to ``earliest``. The Spark job still reads the real broker (it could read the "deleted" records,
-    which is how the test proves that they were not read)."""
-    real = KafkaOffsets.earliest_offsets
-
-    def earliest_offsets(self, tps):
-        out = real(self, tps)
-        return {tp: max(o, earliest.get(tp, 0)) for tp, o in out.items()}
-
-    monkeypatch.setattr(KafkaOffsets, "earliest_offsets", earliest_offsets)
 
 
 def failed_batches(make_pipeline, kafka_broker, n: int, per_batch: int, **overrides) -> tuple[PipelineConfig, Ledger]:
@@ -87,7 +74,7 @@ def test_a_failing_batch_does_not_block_later_ones_and_skip_records_retention_lo
     )
     topic = p.topics[0]
     poison.write_text(json.dumps(list(range(40, 80))))  # batch 2's records make its replay fail
-    emulate_retention(monkeypatch, {TopicPartition(topic, 0): 4})  # offsets 0..3 of partition 0 gone
+    delete_records(kafka_broker.bootstrap, {TopicPartition(topic, 0): 4})  # offsets 0..3 of partition 0 gone
 
     r = af.run_dag(p.replay_dag_id, 0)
     assert r.task_states["failed_ranges"] == "success" and r.xcoms["failed_ranges"] == [1, 2, 3]
@@ -119,11 +106,11 @@ def test_a_failing_batch_does_not_block_later_ones_and_skip_records_retention_lo
 
 
 def test_fail_mode_names_the_batch_and_the_abandon_command_and_later_batches_are_still_replayed(
-    make_pipeline, kafka_broker, monkeypatch
+    make_pipeline, kafka_broker
 ):
     p, ledger = failed_batches(make_pipeline, kafka_broker, 2, 40, on_data_loss="fail")
     topic = p.topics[0]
-    emulate_retention(monkeypatch, {TopicPartition(topic, 1): 3})
+    delete_records(kafka_broker.bootstrap, {TopicPartition(topic, 1): 3})
 
     r = af.run_dag(p.replay_dag_id, 0)
     assert r.task_states["replay"] == "failed"
