@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from .broker import BrokerError, free_port, metadata_ok
+from .broker import BrokerError, free_port, metadata_ok, port_open
 from .jars import jar_paths, kafka_broker_jars
 
 #: Settings a one-node broker needs (replication factors of the internal topics must be 1) and
@@ -163,7 +163,7 @@ class KafkaBroker:
                 code = self.process.returncode
                 self.process = None
                 raise BrokerError(f"Kafka exited with code {code} while starting on {self.bootstrap}; see {self.log_path}")
-            if self._listening() and metadata_ok(f"{self.host}:{self.port}", timeout_s=2.0):
+            if port_open(self.host, self.port) and metadata_ok(f"{self.host}:{self.port}", timeout_s=2.0):
                 if self._group_coordinator_ready():
                     return self
             time.sleep(0.2)
@@ -193,13 +193,6 @@ class KafkaBroker:
             return False
         finally:
             admin.close()
-
-    def _listening(self) -> bool:
-        import socket
-
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.settimeout(0.5)
-            return s.connect_ex((self.host, self.port)) == 0
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM (a controlled shutdown), then SIGKILL; the JVM is the leader of its own session."""

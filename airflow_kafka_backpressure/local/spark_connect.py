@@ -12,14 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from ..engines.environment import spark_conf_defaults, spark_submit_env
-from .broker import free_port
+from .broker import free_port, port_open
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: An operation whose client went away (a killed task) is interrupted after this long.
@@ -28,12 +27,6 @@ DETACHED_TIMEOUT = "60s"
 
 class SparkConnectError(RuntimeError):
     pass
-
-
-def _port_open(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
 
 
 class SparkConnectServer:
@@ -114,7 +107,7 @@ class SparkConnectServer:
                 raise SparkConnectError(
                     f"the Spark Connect server exited with code {code} while starting; see {self.log_path}"
                 )
-            if _port_open(self.host, self.port):
+            if port_open(self.host, self.port):
                 return self
             time.sleep(0.2)
         self.stop()
