@@ -7,20 +7,21 @@ engine calls it through a client session). Steps:
 1. check every range against the partition's earliest/latest offsets, before anything is read
    (:mod:`.bounds`): a missing topic or partition, a range past the latest offset or below the
    earliest one, or an unreachable broker is a :class:`JobError` saying what to do;
-2. read the ranges — ``reader="python"``: the :mod:`.kafka_range_source` Python Data Source (large
-   ranges split to reach ``spec.min_partitions`` input partitions); ``"native"``: Spark's
-   ``format("kafka")`` with ``assign``/``startingOffsets``/``endingOffsets``; ``"auto"``: native when
-   ``KafkaSourceProvider`` is on a classic session's classpath, else python;
+2. read the ranges (:mod:`.readers`) — ``reader="python"``: the :mod:`.kafka_range_source` Python
+   Data Source (large ranges split to reach ``spec.min_partitions`` input partitions);
+   ``"native"``: Spark's ``format("kafka")`` with ``assign``/``startingOffsets``/``endingOffsets``;
+   ``"auto"``: native where Spark's Kafka connector is on the driver's classpath, else python;
 3. apply the optional user transform ``"package.module:function"`` (DataFrame -> DataFrame);
 4. write the idempotent sink (:mod:`.sink`): Spark's Parquet writer into a staging directory, swapped
    in whole by the sink's driver-side commit, with a manifest counting the records *read* (the reader
    leaves one completion record per input partition read to its end);
 5. return :class:`~airflow_kafka_backpressure.models.BatchMetrics` built from the committed manifest.
 
-Metrics: ``records``/``bytes`` (key + value bytes) and per-partition counts are of the records read.
-Ranges the write did not read to their end (a transform that ignores its input; the native reader)
-are counted with a second read. ``executors`` is the number of distinct executors that read the
-batch's ranges (1 in local mode).
+Metrics: ``records``/``bytes`` (key + value bytes) and per-partition counts are of the records read:
+the Python reader's completion records, or for the native reader without a transform Spark's own
+counts taken as it writes (``DataFrame.observe``). Ranges read under a transform that may not have
+consumed them are counted with a second read. ``executors`` is the number of distinct executors
+that read the batch's ranges (1 in local mode).
 
 As a program (``spark-submit job.py --spec <URI>``) it reads the spec from the submit engine's
 hand-off directory (:mod:`airflow_kafka_backpressure.handoff`), deletes it, runs the batch and leaves
@@ -42,7 +43,6 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_backpressure.kafka.config import to_spark_kafka_options
 from airflow_kafka_backpressure.models import (
     BatchMetrics,
     JobSpec,
@@ -53,6 +53,14 @@ from airflow_kafka_backpressure.models import (
 )
 from airflow_kafka_backpressure.spark.bounds import check_bounds, range_problems
 from airflow_kafka_backpressure.spark.errors import JobError
+from airflow_kafka_backpressure.spark.readers import (
+    NATIVE_PROVIDER_CLASS,
+    choose_reader,
+    native_options,
+    native_reader_available,
+    read_ranges,
+    reader_settings,
+)
 
 if TYPE_CHECKING:
     from airflow_kafka_backpressure.spark.launcher_watch import LauncherWatch
@@ -60,142 +68,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("airflow_kafka_backpressure.spark.job")
 
+__all__ = [
+    "NATIVE_PROVIDER_CLASS", "JobError", "check_bounds", "choose_reader", "main", "native_options",
+    "native_reader_available", "range_problems", "read_ranges", "reader_settings", "run_batch",
+]
+
 METRICS_PREFIX = "KBP_METRICS "
 ERROR_PREFIX = "KBP_ERROR "
-NATIVE_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
-#: Spark's Kafka consumer fetches as the Python reader's does (range_clients.CONFLUENT_FETCH_DEFAULTS):
-#: larger fetches and polls than the Java client's defaults (1 MiB per partition, 500 records per
-#: poll). Interleaved here, 300,000 records into a noop sink: 1.35-1.62 s against 1.53-2.03 s.
-#: The connection's own settings win.
-NATIVE_FETCH_DEFAULTS = {
-    "kafka.max.partition.fetch.bytes": str(4 * 1024 * 1024),
-    "kafka.fetch.max.bytes": str(16 * 1024 * 1024),
-    "kafka.max.poll.records": "10000",
-}
-
-__all__ = ["JobError", "check_bounds", "main", "range_problems", "run_batch"]
-
-
-# --------------------------------------------------------------------------- reading
-
-
-def native_reader_available(spark: Any) -> bool:
-    """True when Spark's Kafka connector (``spark-sql-kafka-0-10``) is on the driver's classpath:
-    a classic session looks the provider class up; a Spark Connect session asks the server to
-    resolve ``format("kafka")`` without options, which asks for its options when the connector is
-    there and fails to find the data source when it is not. Nothing connects to Kafka."""
-    jvm = getattr(spark, "_jvm", None)
-    if jvm is None:
-        return _connect_has_kafka_source(spark)
-    try:
-        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        jvm.java.lang.Class.forName(NATIVE_PROVIDER_CLASS, False, loader)
-        return True
-    except Exception:
-        return False
-
-
-#: The Connect probe's answer per server session (a kept session serves many batches; the probe is
-#: a failed analysis, ~0.5-1 s with the server's stack trace).
-_CONNECT_PROBES: dict[str, bool] = {}
-
-
-def _connect_has_kafka_source(spark: Any) -> bool:
-    session = getattr(spark, "session_id", None)
-    if session is not None and session in _CONNECT_PROBES:
-        return _CONNECT_PROBES[session]
-    found = _probe_kafka_source(spark)
-    if session is not None:
-        _CONNECT_PROBES[session] = found
-    return found
-
-
-def _probe_kafka_source(spark: Any) -> bool:
-    try:
-        spark.read.format("kafka").load().schema  # noqa: B018 - the analysis is the probe
-    except Exception as e:
-        # found, the source refuses the missing options ("... must be specified for Kafka source")
-        return "for Kafka source" in str(e)
-    return True
-
-
-def choose_reader(spark: Any, reader: str) -> str:
-    """``"python"`` or ``"native"`` for the spec's ``auto | python | native``."""
-    if reader == "python":
-        return "python"
-    available = native_reader_available(spark)
-    if reader == "native" and not available:
-        raise JobError(
-            f"reader='native' needs Spark's Kafka connector, but {NATIVE_PROVIDER_CLASS} is not on "
-            "the classpath. Add the spark-sql-kafka-0-10 jar matching your Spark and Scala versions "
-            "(--jars or spark.jars.packages), or use reader='auto' / 'python'"
-        )
-    return "native" if available else "python"
-
-
-def native_options(spec: JobSpec) -> dict[str, str]:
-    """Options for Spark's ``format("kafka")`` batch read of the plan's non-empty ranges."""
-    assign: dict[str, list[int]] = {}
-    starting: dict[str, dict[str, int]] = {}
-    ending: dict[str, dict[str, int]] = {}
-    for r in spec.plan.ranges:
-        if r.count <= 0:
-            continue
-        assign.setdefault(r.topic, []).append(r.partition)
-        starting.setdefault(r.topic, {})[str(r.partition)] = r.from_offset
-        ending.setdefault(r.topic, {})[str(r.partition)] = r.until_offset
-    opts = {**NATIVE_FETCH_DEFAULTS, **to_spark_kafka_options(spec.kafka)}
-    opts.update(
-        assign=json.dumps(assign),
-        startingOffsets=json.dumps(starting),
-        endingOffsets=json.dumps(ending),
-        includeHeaders="true",
-        failOnDataLoss="true",
-        # a read that gets nothing for this long fails (the Python reader's stall timeout)
-        **{"kafkaConsumer.pollTimeoutMs": str(int(spec.stall_timeout_s * 1000))},
-    )
-    return opts
-
-
-def reader_settings(spec: JobSpec) -> dict[str, Any]:
-    """The Python reader's settings for ``spec`` (keyword arguments of
-    :func:`.kafka_range_source.range_source_options` and :func:`.arrow_writer.write_ranges`)."""
-    from airflow_kafka_backpressure.spark.kafka_range_source import (
-        DEFAULT_CLIENT,
-        DEFAULT_MAX_RECORDS_PER_BATCH,
-        DEFAULT_MAX_RECORDS_PER_PARTITION,
-    )
-
-    o = spec.options
-    return {
-        "client": str(o.get("client", DEFAULT_CLIENT)),
-        "min_partitions": spec.min_partitions,
-        "max_records_per_partition": int(o.get("max_records_per_partition", DEFAULT_MAX_RECORDS_PER_PARTITION)),
-        "poll_timeout_ms": spec.poll_timeout_ms,
-        "stall_timeout_s": spec.stall_timeout_s,
-        "max_records_per_batch": int(o.get("max_records_per_batch", DEFAULT_MAX_RECORDS_PER_BATCH)),
-    }
-
-
-def read_ranges(spark: Any, spec: JobSpec, reader: str, *, read_records_dir: str | None = None) -> Any:
-    """The batch's records as a DataFrame with the Kafka source schema (lazy). With
-    ``read_records_dir`` the Python reader leaves a completion record per input partition there."""
-    from airflow_kafka_backpressure.spark import registry
-    from airflow_kafka_backpressure.spark.kafka_range_source import (
-        KAFKA_SCHEMA,
-        KafkaRangeDataSource,
-        range_source_options,
-    )
-
-    if not any(r.count > 0 for r in spec.plan.ranges):
-        return spark.createDataFrame([], KAFKA_SCHEMA)
-    if reader == "native":
-        return spark.read.format("kafka").options(**native_options(spec)).load()
-    registry.register(spark, KafkaRangeDataSource)
-    opts = range_source_options(spec.plan.ranges, spec.kafka, read_records_dir=read_records_dir, **reader_settings(spec))
-    return spark.read.format(KafkaRangeDataSource.name()).options(**opts).load()
-
-
 # --------------------------------------------------------------------------- transform
 
 
