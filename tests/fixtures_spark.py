@@ -185,27 +185,6 @@ def _wait_for_log(proc: subprocess.Popen, log: Path, pattern: str, timeout_s: fl
     raise RuntimeError(f"{log.name}: no line matching {pattern!r} (exit code {proc.poll()}):\n{tail}")
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the process group ``proc`` leads (the JVM and whatever it started), then SIGKILL."""
-    import signal
-
-    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        # the leader is gone; anything left in its group (executors, Python workers) goes too
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return
-
-
 @pytest.fixture(scope="session")
 def spark_standalone() -> Iterator[StandaloneCluster]:
     """A Spark standalone master and one worker (``--cores 8 --memory 6g``) on 127.0.0.1.
@@ -220,6 +199,7 @@ def spark_standalone() -> Iterator[StandaloneCluster]:
     import uuid
 
     from airflow_kafka_backpressure.engines.environment import pyspark_home, spark_submit_env
+    from airflow_kafka_backpressure.local.broker import stop_session
 
     root = _TMP_ROOT / f"spark-standalone-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     java_tmp = root / "java-tmp"
@@ -285,7 +265,7 @@ def spark_standalone() -> Iterator[StandaloneCluster]:
         yield cluster
     finally:
         for proc in reversed(procs):  # worker (and its executors) first, then the master
-            _stop_group(proc)
+            stop_session(proc, 30)
         for f in logs:
             f.close()
         shutil.rmtree(root, ignore_errors=True)

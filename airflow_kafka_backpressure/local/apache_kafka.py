@@ -15,14 +15,13 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import signal
 import subprocess
 import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from .broker import BrokerError, free_port, metadata_ok, port_open
+from .broker import BrokerError, free_port, metadata_ok, port_open, stop_session
 from .jars import jar_paths, kafka_broker_jars
 
 #: Settings a one-node broker needs (replication factors of the internal topics must be 1) and
@@ -197,21 +196,8 @@ class KafkaBroker:
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM (a controlled shutdown), then SIGKILL; the JVM is the leader of its own session."""
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        for sig in (signal.SIGCONT, signal.SIGTERM):  # SIGCONT: a test may have frozen it
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=timeout_s)
+        if proc is not None:
+            stop_session(proc, timeout_s)
 
     def __enter__(self) -> KafkaBroker:
         return self.start()

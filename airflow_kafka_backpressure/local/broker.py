@@ -25,6 +25,28 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def stop_session(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """Stop a server started as the leader of its own session: SIGCONT (a test may have frozen it),
+    SIGTERM to its whole process group, SIGKILL if the leader has not exited within ``timeout_s``;
+    then SIGKILL to whatever is left in the group (a JVM's Python workers)."""
+    for sig in (signal.SIGCONT, signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        if sig == signal.SIGCONT:
+            continue
+        try:
+            proc.wait(timeout=timeout_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def port_open(host: str, port: int) -> bool:
     """True when something accepts TCP connections on ``host:port``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

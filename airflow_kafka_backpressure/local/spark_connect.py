@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from ..engines.environment import spark_conf_defaults, spark_submit_env
-from .broker import free_port, port_open
+from .broker import free_port, port_open, stop_session
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: An operation whose client went away (a killed task) is interrupted after this long.
@@ -116,22 +115,8 @@ class SparkConnectServer:
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM the server's process group (the JVM and its Python workers), then SIGKILL."""
         proc, self.process = self.process, None
-        if proc is None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=timeout_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        try:  # anything left in the group (Python workers) goes too
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if proc is not None:
+            stop_session(proc, timeout_s)
 
     def __enter__(self) -> SparkConnectServer:
         return self.start()
