@@ -60,9 +60,9 @@ class _Rule:
 RULES: dict[str, _Rule] = {
     "mode": _Rule(str, choices=MODES, doc="'spark': Spark's PID, bit for bit; 'cost': batches sized from a fitted fixed + per-record cost model"),
     "backpressure_enabled": _Rule(bool, doc="size batches by the controller (spark.streaming.backpressure.enabled)"),
-    "proportional": _Rule(float, 0.0, doc="PID proportional gain (spark.streaming.backpressure.pid.proportional)"),
-    "integral": _Rule(float, 0.0, doc="PID integral gain (…pid.integral)"),
-    "derivative": _Rule(float, 0.0, doc="PID derivative gain (…pid.derived)"),
+    "proportional": _Rule(float, 0.0, doc="PID proportional gain (spark: spark.streaming.backpressure.pid.proportional; cost: the correction's gain on the work the last budget left behind, as a share of the interval)"),
+    "integral": _Rule(float, 0.0, doc="PID integral gain (spark: …pid.integral; cost: the gain on the sum of those errors, which removes a steady-state deficit)"),
+    "derivative": _Rule(float, 0.0, doc="PID derivative gain (spark: …pid.derived; cost: the gain on the change of that error)"),
     "min_rate": _Rule(float, 1.0, doc="lowest estimated rate, records/s (…pid.minRate); below 1 the published limit would truncate to 0, which means 'unlimited'"),
     "initial_rate": _Rule(int, 0, doc="records/s before the first estimate, 0 = none (…backpressure.initialRate)"),
     "max_rate_per_partition": _Rule(int, 0, doc="records/s cap per partition, 0 = none (…kafka.maxRatePerPartition)"),
@@ -132,7 +132,15 @@ class ControllerSettings:
         )
 
     def cost_params(self) -> CostParams:
-        return CostParams(self.target_ratio, self.max_ratio, self.drain_horizon_s, self.cost_window_batches)
+        return CostParams(
+            self.target_ratio,
+            self.max_ratio,
+            self.drain_horizon_s,
+            self.cost_window_batches,
+            self.proportional,
+            self.integral,
+            self.derivative,
+        )
 
     def scaling_policy(self) -> ScalingPolicy:
         return ScalingPolicy(

@@ -29,6 +29,7 @@ from .cost_mode import (
     CostModel,
     CostParams,
     PlanInputs,
+    correction_error,
     fixed_cost_warning,
     plan_budget,
 )
@@ -106,19 +107,37 @@ class PipelineController:
         scheduling_delay_ms: int,
         executors: int = 1,
         window_batches: int | None = None,
+        params: CostParams | None = None,
+        left_behind: int | None = None,
+        budget: float | None = None,
+        batch_interval_s: float | None = None,
     ) -> Feedback:
-        """Feed one finished batch to both models."""
+        """Feed one finished batch to both models.
+
+        In the cost mode, with the plan's ``left_behind`` (records between the batch's end and the
+        latest offsets when it was planned), its ``budget`` (records) and the interval, the
+        correction gets its error (:func:`.cost_mode.correction_error`); in the spark mode the
+        correction is reset, so a switch to the cost mode starts it from zero."""
         pid_rate = self.rate.on_batch_completed(time_ms, records, processing_ms, scheduling_delay_ms)
         obs = CostObservation(int(batch_id), int(records), int(processing_ms), int(executors))
         window = DEFAULT_WINDOW_BATCHES if window_batches is None else window_batches
-        return Feedback(pid_rate, self.cost.observe(obs, window))
+        event = self.cost.observe(obs, window)
+        if self.mode != COST:
+            self.cost.correction.reset()
+        elif left_behind is not None and batch_interval_s is not None:
+            error = correction_error(
+                self.cost.fit(), int(records) + max(int(left_behind), 0), budget, int(executors), batch_interval_s
+            )
+            if error is not None:
+                self.cost.correction.update(error, params or CostParams())
+        return Feedback(pid_rate, event)
 
     # ----- planning ------------------------------------------------------------------------
     def plan(self, params: CostParams, inputs: PlanInputs) -> PlanDecision:
         """The rate for the planner: the PID's published limit, or the cost model's budget."""
         if self.mode == SPARK:
             return PlanDecision(SPARK, float(self.rate.latest_rate))
-        budget = plan_budget(self.cost.fit(), params, inputs)
+        budget = plan_budget(self.cost.fit(), params, inputs, self.cost.correction)
         rate = budget.rate(inputs.batch_interval_s)
         return PlanDecision(COST, -1.0 if rate is None else rate, budget)
 
@@ -135,6 +154,7 @@ class PipelineController:
         if params is not None:
             cost["target_ratio"] = params.target_ratio
             cost["max_ratio"] = params.max_ratio
+            cost["correction"]["terms"] = self.cost.correction.terms(params)
         if batch_interval_s is not None:
             cost["warning"] = fixed_cost_warning(fit, batch_interval_s)
         d["mode"] = self.mode

@@ -91,6 +91,7 @@ class CostFit:
     method: str  # "theil-sen" | "prior-fixed-cost" | "proportional"
     largest_work_units: float
     typical_work_units: float  # the median batch, per executor
+    smallest_work_units: float | None = None  # None: not known (a fit made by hand)
 
     def predict_s(self, records: float, executors: int = 1) -> float:
         return self.fixed_s + self.per_record_s * records / max(executors, 1)
@@ -118,6 +119,7 @@ class CostFit:
             "method": self.method,
             "largest_work_units": self.largest_work_units,
             "typical_work_units": self.typical_work_units,
+            "smallest_work_units": self.smallest_work_units,
         }
 
 
@@ -186,7 +188,7 @@ def fit_cost(
     median_y = statistics.median(y for _, y in points)
 
     def made(fixed: float, slope: float, method: str) -> tuple[CostFit, float]:
-        fit = CostFit(fixed, slope, 0.0, len(obs), method, max(xs), median_x)
+        fit = CostFit(fixed, slope, 0.0, len(obs), method, max(xs), median_x, min(xs))
         spread = robust_spread(y / fit.predict_s(x) - 1 for x, y in points if fit.predict_s(x) > 0)
         return replace(fit, noise=max(spread, noise_hint or 0.0)), spread
 

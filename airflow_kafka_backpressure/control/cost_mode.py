@@ -29,8 +29,26 @@ faster batch really happened), so a recovery does not overshoot.
 While the fixed cost is unknown (every batch had about the same size), a batch that would run above
 the target is made ``PROBE`` smaller than usual once: that measures the fixed cost instead of
 mistaking it for slow records — the mistake that makes Spark's PID shrink batches for ever.
-A batch is never more than ``GROWTH`` × the largest batch measured (per executor). Pure: no
-Airflow, Spark or Kafka import.
+Growth is bounded by the model's predicted time only (a batch planned within ``max_ratio`` of the
+interval), never by the sizes seen: after a quiet period a burst is read at once at the largest
+batch the model predicts to fit.
+
+**Correction (a PID on the backlog the budget leaves).** The cost model is the feedforward; its noise
+margin keeps drain batches below ``max_ratio``, and a model that is slightly off keeps them below
+what arrives. The correction removes that steady-state deficit. Its error signal, once per finished
+batch, is
+
+    error = (records available at plan − the batch's budget) × per-record cost / executors / interval
+
+the work the budget left behind, as a share of the interval (negative: room the budget left unused).
+Its output is a share of the interval added to the drain cap:
+``proportional × error + integral × Σerror + derivative × Δerror``, clamped to ``[0, max_ratio − cap]``
+(it removes the noise margin where a backlog persists, never plans past ``max_ratio``). The integral
+is clamped to ``[0, max_ratio / integral]`` (anti-windup). Headroom is what is kept when there is no
+backlog; it is never a reason to let the backlog grow. The gains are the settings' ``proportional``,
+``integral`` and ``derivative`` (the same keys as Spark's PID, in these units in this mode).
+
+Pure: no Airflow, Spark or Kafka import.
 """
 
 from __future__ import annotations
@@ -55,6 +73,11 @@ DEFAULT_TARGET_RATIO = 0.75
 DEFAULT_MAX_RATIO = 0.99
 DEFAULT_DRAIN_HORIZON_S = 0.0
 DEFAULT_WINDOW_BATCHES = 12
+#: The correction's default gains: the settings' defaults for ``proportional``/``integral``/``derivative``
+#: (Spark's), which meet the bench's criteria in the cost mode's units too.
+DEFAULT_PROPORTIONAL = 1.0
+DEFAULT_INTEGRAL = 0.2
+DEFAULT_DERIVATIVE = 0.0
 #: A batch off the model by more than max(MIN_SHIFT, SHIFT_SIGMAS × noise) is a level shift;
 #: before the noise is known (a few batches), only one off by more than UNKNOWN_NOISE_SHIFT.
 MIN_SHIFT = 0.1
@@ -63,8 +86,6 @@ UNKNOWN_NOISE_SHIFT = 0.5
 #: Drain batches leave this many noise sigmas of headroom below ``max_ratio`` (tuned on the noise
 #: scenario of the bench: fewer batches over the interval against the throughput given up).
 NOISE_SIGMAS = 1.2
-#: A batch is at most this many times the largest batch the model has seen (per executor).
-GROWTH = 4.0
 #: With the fixed cost unknown, a batch that must shrink shrinks by at least this much (a probe).
 PROBE = 1.25 * DISTINCT_SIZE
 #: The warning fires when the fixed cost is at least this share of the interval.
@@ -107,15 +128,21 @@ class CostParams:
     max_ratio: float = DEFAULT_MAX_RATIO
     drain_horizon_s: float = DEFAULT_DRAIN_HORIZON_S
     window_batches: int = DEFAULT_WINDOW_BATCHES
+    proportional: float = DEFAULT_PROPORTIONAL
+    integral: float = DEFAULT_INTEGRAL
+    derivative: float = DEFAULT_DERIVATIVE
 
     def __post_init__(self) -> None:
         def bad(name: str, value: object, rule: str) -> ValueError:
             return ValueError(f"cost mode: {name} = {value!r} is invalid: it must be {rule}")
 
-        for name in ("target_ratio", "max_ratio", "drain_horizon_s"):
+        for name in ("target_ratio", "max_ratio", "drain_horizon_s", "proportional", "integral", "derivative"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise bad(name, v, "a finite number")
+        for name in ("proportional", "integral", "derivative"):
+            if getattr(self, name) < 0:
+                raise bad(name, getattr(self, name), ">= 0")
         if not 0 < self.target_ratio <= self.max_ratio:
             raise bad("target_ratio", self.target_ratio, f"in (0, max_ratio = {self.max_ratio}]")
         if not self.max_ratio <= 1:
@@ -126,6 +153,62 @@ class CostParams:
             raise bad("window_batches", self.window_batches, ">= 2")
 
 
+@dataclass
+class Correction:
+    """The correction's state: the last two errors and the integral (shares of the interval)."""
+
+    error: float | None = None
+    previous_error: float | None = None
+    integral: float = 0.0
+
+    def terms(self, params: CostParams) -> dict[str, float]:
+        """Each term of the next plan's correction and their sum, before the clamp (shares of the
+        interval added to the drain cap)."""
+        e = self.error or 0.0
+        p = params.proportional * e
+        i = params.integral * self.integral
+        d = 0.0 if self.error is None or self.previous_error is None else params.derivative * (self.error - self.previous_error)
+        return {"error": e, "proportional": p, "integral": i, "derivative": d, "output": p + i + d}
+
+    def update(self, error: float, params: CostParams) -> None:
+        """One finished batch's error (see the module's doc); the integral is kept in
+        ``[0, max_ratio / integral]`` so it never asks for more than a whole interval."""
+        self.previous_error, self.error = self.error, error
+        limit = params.max_ratio / params.integral if params.integral > 0 else 0.0
+        self.integral = min(max(self.integral + error, 0.0), limit)
+
+    def reset(self) -> None:
+        self.error, self.previous_error, self.integral = None, None, 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": self.error, "previous_error": self.previous_error, "integral": self.integral}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "cost.correction") -> Correction:
+        if d is None:
+            return cls()
+        if not isinstance(d, dict):
+            raise CostModelError(f"{where}: expected an object, got {type(d).__name__}")
+        out = []
+        for key in ("error", "previous_error", "integral"):
+            v = d.get(key, 0.0 if key == "integral" else None)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+                raise CostModelError(f"{where}.{key} = {v!r} must be a finite number or null")
+            out.append(None if v is None else float(v))
+        if out[2] is None or out[2] < 0:
+            raise CostModelError(f"{where}.integral = {out[2]!r} must be a number >= 0")
+        return cls(out[0], out[1], out[2])
+
+
+def correction_error(fit: CostFit | None, available: int, budget: float | None, executors: int, interval_s: float) -> float | None:
+    """The correction's error for one finished batch: the work its budget left behind (records
+    available at plan − budget, times the per-record cost per executor) as a share of the interval;
+    negative when the budget left room. None without a model or a budget."""
+    if fit is None or budget is None or not math.isfinite(budget) or interval_s <= 0:
+        return None
+    return (available - budget) * fit.per_record_s / max(executors, 1) / interval_s
+
+
 @dataclass(frozen=True)
 class BatchBudget:
     """How many records the next batch may read, and why."""
@@ -134,6 +217,7 @@ class BatchBudget:
     regime: str  # initial | keep-up | drain | capacity | fixed-cost
     reason: str
     predicted_s: float | None = None
+    correction: float = 0.0  # the share of the interval the correction added to the drain cap
 
     def rate(self, batch_interval_s: float) -> float | None:
         """The budget as a rate (records/s over one interval), what the planner takes."""
@@ -145,6 +229,7 @@ class BatchBudget:
             "regime": self.regime,
             "reason": self.reason,
             "predicted_s": self.predicted_s,
+            "correction": self.correction,
         }
 
 
@@ -168,8 +253,13 @@ class PlanInputs:
     draining: bool = False
 
 
-def plan_budget(fit: CostFit | None, params: CostParams, inputs: PlanInputs) -> BatchBudget:
-    """The next batch's record budget (a limit: the batch reads at most that many records)."""
+def plan_budget(
+    fit: CostFit | None, params: CostParams, inputs: PlanInputs, correction: Correction | None = None
+) -> BatchBudget:
+    """The next batch's record budget (a limit: the batch reads at most that many records).
+
+    ``correction`` (the PID's state) raises the drain cap from the feedforward's towards
+    ``max_ratio`` while a backlog persists."""
     if fit is None:
         return BatchBudget(None, "initial", "no batch measured yet: the initial limits apply")
     lag = max(int(inputs.lag), 0)
@@ -180,15 +270,19 @@ def plan_budget(fit: CostFit | None, params: CostParams, inputs: PlanInputs) -> 
     n_target = fit.records_within(params.target_ratio * interval, e)
     # the longest batch planned: max_ratio less the noise margin, but never below the target — the
     # margin only uses the room between target_ratio and max_ratio (target = max: batches aim at it)
-    cap_s = max(params.max_ratio / margin, params.target_ratio) * interval
+    ff_cap_s = max(params.max_ratio / margin, params.target_ratio) * interval  # the feedforward's
+    room = max(params.max_ratio * interval - ff_cap_s, 0.0)
+    added = 0.0 if correction is None else min(max(correction.terms(params)["output"] * interval, 0.0), room)
+    cap_s = ff_cap_s + added
     n_max = fit.records_within(cap_s, e)
     arrivals = (arrivals_per_s or 0.0) * interval  # records arriving per interval
     work_s = arrivals * fit.per_record_s / e  # the per-record work they need per interval
 
     def done(n: float, regime: str, reason: str) -> BatchBudget:
-        guard = GROWTH * fit.largest_work_units * e
-        if n > guard:
-            n, reason = guard, reason + f"; at most {GROWTH:g}x the largest batch measured ({guard:.0f} records)"
+        if not math.isfinite(n):  # no per-record cost, or the fixed-cost regime: everything there is
+            n = max(lag, 1)
+        if added > 0 and regime in ("drain", "capacity"):
+            reason += f"; the correction adds {added / interval:.1%} of the interval (a backlog persisted)"
         probe = (1 - PROBE) * fit.typical_work_units * e
         if regime != "keep-up" and _needs_probe(fit, params, min(n, lag), interval, e):
             n = probe
@@ -199,11 +293,11 @@ def plan_budget(fit: CostFit | None, params: CostParams, inputs: PlanInputs) -> 
             n = probe
             reason += f"; at most {PROBE:.0%} smaller than usual while the fixed cost is unknown"
         records = max(int(math.floor(n)), 0)
-        return BatchBudget(records, regime, reason, fit.predict_s(min(records, lag), e))
+        return BatchBudget(records, regime, reason, fit.predict_s(min(records, lag), e), added / interval)
 
     if lag <= n_target:
         return done(n_target, "keep-up", f"all {lag} records fit in {params.target_ratio:g} of the interval")
-    if cap_s > params.max_ratio * interval / margin:  # the margin would go below the target
+    if ff_cap_s > params.max_ratio * interval / margin:  # the margin would go below the target
         noise_note = f" (held at target_ratio {params.target_ratio:g}: a noise margin of {margin - 1:.0%} would go below it)"
     else:
         noise_note = f" less a noise margin of {margin - 1:.0%}" if margin > 1 else ""
@@ -242,6 +336,8 @@ def _needs_probe(fit: CostFit, params: CostParams, reads: float, interval: float
     typical = fit.typical_work_units * executors
     usual = (1 - PROBE) * typical < reads < typical * (1 + DISTINCT_SIZE)
     all_usual = fit.largest_work_units * executors < typical * (1 + DISTINCT_SIZE)
+    if fit.smallest_work_units is not None:  # a probe still in the window did not tell: no other yet
+        all_usual = all_usual and fit.smallest_work_units * executors > typical * (1 - DISTINCT_SIZE)
     return usual and all_usual and fit.predict_s(reads, executors) > params.target_ratio * interval
 
 
@@ -256,6 +352,7 @@ class CostModel:
     fixed_prior_s: float | None = None
     last_event: str | None = None
     errors: list[float] = field(default_factory=list)  # recent one-batch-ahead relative errors
+    correction: Correction = field(default_factory=Correction)  # the PID on the backlog left behind
 
     def fit(self) -> CostFit | None:
         """The model over the window; its ``noise`` is the spread of the recent one-batch-ahead
@@ -315,6 +412,7 @@ class CostModel:
             "fixed_prior_s": self.fixed_prior_s,
             "last_event": self.last_event,
             "errors": list(self.errors),
+            "correction": self.correction.to_dict(),
         }
 
     @classmethod
@@ -340,4 +438,5 @@ class CostModel:
             None if prior is None else float(prior),
             None if event is None else str(event),
             [float(x) for x in errors],
+            Correction.from_dict(d.get("correction"), f"{where}.correction"),
         )

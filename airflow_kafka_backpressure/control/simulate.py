@@ -295,6 +295,7 @@ class Figures:
     mean_ratio: float
     p95_ratio: float
     min_rate: float | None  # the lowest rate the planner got after the first estimate
+    read_share: float = 1.0  # records read / records arrived by the last finished batch's plan
 
     @property
     def over_share(self) -> float:
@@ -333,6 +334,7 @@ class Figures:
             "mean_ratio": self.mean_ratio,
             "p95_ratio": self.p95_ratio,
             "min_rate": self.min_rate,
+            "read_share": self.read_share,
         }
 
 
@@ -396,6 +398,8 @@ def compute_figures(scenario: Scenario, rows: list[BatchRow]) -> Figures:
     last = rows[-1] if rows else None
     final_lag = scenario.arrivals.arrived(horizon) - sum(r.records for r in rows if r.end <= horizon)
     sorted_ratios = sorted(ratios)
+    finished = [r for r in rows if r.end <= horizon]
+    could_read = scenario.arrivals.arrived(finished[-1].start) if finished else 0
     return Figures(
         batches=len(rows),
         over_interval=len(over),
@@ -410,6 +414,7 @@ def compute_figures(scenario: Scenario, rows: list[BatchRow]) -> Figures:
         mean_ratio=statistics.fmean(ratios) if ratios else 0.0,
         p95_ratio=sorted_ratios[min(len(sorted_ratios) - 1, int(0.95 * len(sorted_ratios)))] if ratios else 0.0,
         min_rate=min(rates) if rates else None,
+        read_share=read / could_read if could_read > 0 else 1.0,
     )
 
 
@@ -458,6 +463,10 @@ def simulate(scenario: Scenario, settings: ControllerSettings) -> SimulationResu
             scheduling_delay_ms=int(round(delay * 1000)),
             executors=1,
             window_batches=params.window_batches,
+            params=params,
+            left_behind=available - records,
+            budget=None if decision.budget is None or decision.budget.records is None else float(decision.budget.records),
+            batch_interval_s=b,
         )
         if feedback.cost_event:
             result.events.append(feedback.cost_event)

@@ -108,6 +108,11 @@ class RecordBatchMetricsOperator(PipelineOperator):
                 scheduling_delay_ms=delay,
                 executors=metrics.executors,
                 window_batches=settings.cost_window_batches,
+                # the cost mode's correction: what the plan's budget left behind
+                params=settings.cost_params(),
+                left_behind=None if plan is None else plan.lag,
+                budget=None if plan is None or not plan.rate else plan.rate * p.batch_interval_s,
+                batch_interval_s=p.batch_interval_s,
             )
             save_controller(p, controller, settings)
 

@@ -100,3 +100,25 @@ def test_a_broken_state_is_refused_naming_the_key(edit, fragment):
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="mode must be one of"):
         PipelineController.new("fast", estimator())
+
+
+def test_the_cost_mode_feeds_its_correction_and_the_spark_mode_resets_it():
+    """Issue 23: in the cost mode a budget that left work behind raises the correction; the state
+    shows each term; the spark mode (whose plans are the PID's) resets it."""
+    c = fed(COST)
+    params = CostParams()
+    c.on_batch_completed(
+        batch_id=99, time_ms=10**7, records=50_000, processing_ms=40_000, scheduling_delay_ms=0,
+        params=params, left_behind=20_000, budget=50_000.0, batch_interval_s=60.0,
+    )
+    assert c.cost.correction.error > 0 and c.cost.correction.integral > 0
+    terms = c.to_dict(params, 60.0)["cost"]["correction"]["terms"]
+    assert set(terms) == {"error", "proportional", "integral", "derivative", "output"} and terms["output"] > 0
+    again = PipelineController.from_dict(json.loads(json.dumps(c.to_dict(params, 60.0))), COST, estimator())
+    assert again.cost.correction == c.cost.correction
+    spark = PipelineController.from_dict(c.to_dict(params, 60.0), SPARK, estimator())
+    spark.on_batch_completed(
+        batch_id=100, time_ms=10**7 + 60_000, records=50_000, processing_ms=40_000, scheduling_delay_ms=0,
+        params=params, left_behind=20_000, budget=50_000.0, batch_interval_s=60.0,
+    )
+    assert spark.cost.correction.integral == 0 and spark.cost.correction.error is None

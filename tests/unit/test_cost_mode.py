@@ -9,7 +9,6 @@ import pytest
 
 from airflow_kafka_backpressure.control.cost import CostFit, CostModelError, CostObservation
 from airflow_kafka_backpressure.control.cost_mode import (
-    GROWTH,
     PROBE,
     CostModel,
     CostParams,
@@ -102,10 +101,13 @@ def test_the_warning_starts_at_half_the_interval():
     assert fixed_cost_warning(None, 60.0) is None
 
 
-def test_a_batch_never_grows_far_beyond_what_was_measured():
-    small = model(1.0, 1e-7, largest=1_000)
-    b = budget(small, lag=10_000_000)
-    assert b.records == int(GROWTH * 1_000) and "largest batch measured" in b.reason
+def test_growth_is_bounded_by_the_predicted_time_not_by_the_sizes_seen():
+    """Issue 23: after a trickle (largest batch measured 300 records) a burst is read at once, up to
+    the batch predicted to take max_ratio of the interval (it used to be 4x the largest batch)."""
+    trickle = model(15.0, 1 / 3000, largest=300, typical=300)
+    b = budget(trickle, lag=2_000_000, arrivals_per_s=5.0)
+    assert b.regime == "drain" and b.records == math.floor((0.99 * B - 15) * 3000)
+    assert b.predicted_s == pytest.approx(0.99 * B, rel=1e-4)
 
 
 def test_with_the_fixed_cost_unknown_a_batch_above_target_is_a_probe():
@@ -194,3 +196,76 @@ def test_state_round_trip_and_refusals():
         CostModel.from_dict({"errors": [float("inf")]})
     with pytest.raises(CostModelError, match=r"cost\.observations\[1\]"):
         CostModel.from_dict({"observations": [[1, 2, 3, 1], [2, 2]]})
+
+
+# ----- the correction: a PID on the work the budget left behind (issue 23) -------------------------
+from airflow_kafka_backpressure.control.cost_mode import Correction, correction_error  # noqa: E402
+
+NOISY = model(15.0, 0.0005, noise=0.08)  # feedforward cap: 0.99 / (1 + 1.2 × 0.08) = 0.90 of the interval
+
+
+def test_the_error_is_the_work_left_behind_as_a_share_of_the_interval():
+    # 6,000 records over the budget at 0.5 ms each: 3 s of work, 5% of a 60 s interval
+    assert correction_error(FIT, 66_000, 60_000.0, 1, B) == pytest.approx(0.05)
+    assert correction_error(FIT, 54_000, 60_000.0, 2, B) == pytest.approx(-0.025)  # room left, 2 executors
+    assert correction_error(None, 1, 1.0, 1, B) is None and correction_error(FIT, 1, None, 1, B) is None
+
+
+def test_each_term_follows_its_gain():
+    c = Correction()
+    params = CostParams(proportional=1.0, integral=0.2, derivative=0.5)
+    c.update(0.05, params)
+    c.update(0.03, params)
+    t = c.terms(params)
+    assert t["error"] == pytest.approx(0.03)
+    assert t["proportional"] == pytest.approx(0.03)
+    assert t["integral"] == pytest.approx(0.2 * 0.08)
+    assert t["derivative"] == pytest.approx(0.5 * (0.03 - 0.05))
+    assert t["output"] == pytest.approx(t["proportional"] + t["integral"] + t["derivative"])
+
+
+def test_the_integral_never_goes_below_zero_nor_past_a_whole_interval():
+    c, params = Correction(), CostParams(integral=0.5)
+    c.update(-3.0, params)
+    assert c.integral == 0.0  # room left never makes batches smaller than the feedforward's
+    for _ in range(100):
+        c.update(1.0, params)
+    assert c.integral == pytest.approx(params.max_ratio / 0.5)
+
+
+def test_the_correction_removes_the_noise_margin_while_a_backlog_persists_never_past_max_ratio():
+    plain = budget(NOISY, lag=2_000_000)
+    assert plain.predicted_s == pytest.approx(0.99 * B / 1.096, rel=1e-4) and plain.correction == 0.0
+    c = Correction(error=0.04, integral=0.0)
+    some = plan_budget(NOISY, CostParams(), PlanInputs(lag=2_000_000, batch_interval_s=B, arrivals_per_s=1000.0), c)
+    assert some.correction == pytest.approx(0.04) and some.predicted_s == pytest.approx(plain.predicted_s + 0.04 * B, rel=1e-4)
+    assert "the correction adds 4.0% of the interval" in some.reason
+    full = plan_budget(NOISY, CostParams(), PlanInputs(lag=2_000_000, batch_interval_s=B, arrivals_per_s=1000.0), Correction(0.5, None, 3.0))
+    assert full.predicted_s == pytest.approx(0.99 * B, rel=1e-4)  # clamped at max_ratio
+    # gains 0: no correction whatever the state
+    off = plan_budget(NOISY, CostParams(proportional=0, integral=0), PlanInputs(lag=2_000_000, batch_interval_s=B), c)
+    assert off.records == plain.records
+
+
+def test_a_gain_changes_the_next_budget():
+    c = Correction(error=0.02, integral=0.1)
+    inputs = PlanInputs(lag=2_000_000, batch_interval_s=B, arrivals_per_s=1000.0)
+    low = plan_budget(NOISY, CostParams(proportional=0.5, integral=0.0), inputs, c)
+    high = plan_budget(NOISY, CostParams(proportional=1.0, integral=0.2), inputs, c)
+    assert high.records > low.records
+
+
+def test_gains_are_checked():
+    with pytest.raises(ValueError, match="integral = -0.1 is invalid: it must be >= 0"):
+        CostParams(integral=-0.1)
+
+
+def test_the_correction_state_round_trips_and_is_refused_when_broken():
+    m = CostModel(correction=Correction(0.1, 0.05, 0.3))
+    again = CostModel.from_dict(m.to_dict())
+    assert again.correction == m.correction
+    assert CostModel.from_dict({"observations": []}).correction == Correction()  # a state from before
+    with pytest.raises(CostModelError, match=r"cost.correction.integral = -1.0 must be a number >= 0"):
+        CostModel.from_dict({"correction": {"integral": -1.0}})
+    with pytest.raises(CostModelError, match=r"cost.correction.error = 'x' must be a finite number"):
+        CostModel.from_dict({"correction": {"error": "x"}})
