@@ -31,6 +31,10 @@ from .models import TopicPartition
 DEFAULT_MAX_RECORDS_PER_BATCH = 1_000_000
 
 
+#: Structured Streaming's default ``maxTriggerDelay`` (15 minutes).
+DEFAULT_MAX_BATCH_DELAY_S = 900.0
+
+
 class SettingsError(ValueError):
     pass
 
@@ -68,6 +72,8 @@ RULES: dict[str, _Rule] = {
     "max_rate_per_partition": _Rule(int, 0, doc="records/s cap per partition, 0 = none (…kafka.maxRatePerPartition)"),
     "min_rate_per_partition": _Rule(int, 1, doc="records per batch floor per partition (…kafka.minRatePerPartition)"),
     "max_records_per_batch": _Rule(int, 1, doc="cap of records per batch, any mode, the first batches included (like maxOffsetsPerTrigger)"),
+    "min_records_per_batch": _Rule(int, 0, doc="a run with fewer records available skips its batch (plans and commits nothing) until max_batch_delay_s has passed since the last batch; 0 = off (like minOffsetsPerTrigger)"),
+    "max_batch_delay_s": _Rule(float, 0.0, doc="seconds after the last batch's plan when a run plans whatever there is, below min_records_per_batch too (like maxTriggerDelay)"),
     "target_ratio": _Rule(float, 0.0, low_open=True, high=1.0, doc="cost mode: processing time / interval the batches aim at when keeping up"),
     "max_ratio": _Rule(float, 0.0, low_open=True, high=1.0, doc="cost mode: the most of the interval a batch may use while draining a backlog"),
     "drain_horizon_s": _Rule(float, 0.0, doc="cost mode: clear a backlog within this many seconds with the smallest batches that do; 0 = as fast as max_ratio allows"),
@@ -98,6 +104,8 @@ class ControllerSettings:
     min_rate_per_partition: int = 1
     max_rate_per_topic: dict[str, int] = field(default_factory=dict)
     max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH
+    min_records_per_batch: int = 0
+    max_batch_delay_s: float = DEFAULT_MAX_BATCH_DELAY_S
     target_ratio: float = cost_mode.DEFAULT_TARGET_RATIO
     max_ratio: float = cost_mode.DEFAULT_MAX_RATIO
     drain_horizon_s: float = cost_mode.DEFAULT_DRAIN_HORIZON_S
@@ -241,6 +249,11 @@ def parse_settings(text: str | dict[str, Any] | None, *, source: str = "controll
         raise SettingsError(
             f"{source}: key 'target_ratio' = {settings.target_ratio!r} must be <= "
             f"'max_ratio' = {settings.max_ratio!r}"
+        )
+    if settings.min_records_per_batch > settings.max_records_per_batch:
+        raise SettingsError(
+            f"{source}: key 'min_records_per_batch' = {settings.min_records_per_batch!r} must be <= "
+            f"'max_records_per_batch' = {settings.max_records_per_batch!r}"
         )
     if settings.max_executors < settings.min_executors:
         raise SettingsError(

@@ -82,11 +82,68 @@ class PlanDecision:
         return "Spark PID rate limit" if self.rate > 0 else "no PID estimate yet: the initial limits apply"
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """A run that skipped its batch: less data than ``min_records_per_batch`` arrived and the last
+    batch was planned less than ``max_batch_delay_s`` ago (Structured Streaming's
+    ``minOffsetsPerTrigger`` and ``maxTriggerDelay``). Shown on the page as "waiting for data"."""
+
+    available: int  # records available when the run looked
+    min_records: int
+    last_planned_at_ms: int
+    batch_by_ms: int  # from then on, a run plans whatever there is
+    checked_at_ms: int
+
+    def reason(self) -> str:
+        return (
+            f"waiting for data: {self.available} records available, below min_records_per_batch = "
+            f"{self.min_records}; a batch runs with whatever there is once max_batch_delay_s has passed "
+            f"since the last batch ({(self.batch_by_ms - self.checked_at_ms) / 1000:.0f} s from now)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "available": self.available,
+            "min_records": self.min_records,
+            "last_planned_at_ms": self.last_planned_at_ms,
+            "batch_by_ms": self.batch_by_ms,
+            "checked_at_ms": self.checked_at_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> Waiting | None:
+        if d is None:
+            return None
+        names = ("available", "min_records", "last_planned_at_ms", "batch_by_ms", "checked_at_ms")
+        if not isinstance(d, dict) or not all(
+            isinstance(d.get(k), int) and not isinstance(d.get(k), bool) and d[k] >= 0 for k in names
+        ):
+            raise ControllerStateError(f"{where}.waiting = {d!r} is invalid: expected {{{', '.join(names)}}} (whole numbers >= 0) or null")
+        return cls(*(int(d[k]) for k in names))
+
+
+def wait_for_data(
+    available: int, min_records: int, max_delay_s: float, last_planned_at_ms: int | None, now_ms: int
+) -> Waiting | None:
+    """Whether this run skips its batch (a :class:`Waiting`) or plans one (None).
+
+    It skips when fewer than ``min_records`` records are available and the last batch was planned
+    less than ``max_delay_s`` ago. No minimum (0), or no batch yet (as Spark's first trigger),
+    never skips."""
+    if min_records <= 0 or available >= min_records or last_planned_at_ms is None:
+        return None
+    batch_by = last_planned_at_ms + int(round(max_delay_s * 1000))
+    if now_ms >= batch_by:
+        return None
+    return Waiting(max(int(available), 0), int(min_records), int(last_planned_at_ms), batch_by, int(now_ms))
+
+
 @dataclass
 class PipelineController:
     mode: str
     rate: RateController
     cost: CostModel = field(default_factory=CostModel)
+    waiting: Waiting | None = None  # the last run skipped its batch (see wait_for_data)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -122,6 +179,7 @@ class PipelineController:
         obs = CostObservation(int(batch_id), int(records), int(processing_ms), int(executors))
         window = DEFAULT_WINDOW_BATCHES if window_batches is None else window_batches
         event = self.cost.observe(obs, window)
+        self.waiting = None
         if self.mode != COST:
             self.cost.correction.reset()
         elif left_behind is not None and batch_interval_s is not None:
@@ -159,6 +217,7 @@ class PipelineController:
             cost["warning"] = fixed_cost_warning(fit, batch_interval_s)
         d["mode"] = self.mode
         d["cost"] = cost
+        d["waiting"] = None if self.waiting is None else self.waiting.to_dict()
         return d
 
     @classmethod
@@ -185,4 +244,4 @@ class PipelineController:
             cost = CostModel.from_dict(d.get("cost") or {}, f"{where}.cost")
         except CostModelError as e:
             raise ControllerStateError(str(e)) from e
-        return cls(mode, rate.retuned(estimator), cost)
+        return cls(mode, rate.retuned(estimator), cost, Waiting.from_dict(d.get("waiting"), where))

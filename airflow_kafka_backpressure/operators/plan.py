@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk import Context
 
 from ..control.allocation import plan_ranges, starting_positions
-from ..control.controller import PlanDecision
+from ..control.controller import PlanDecision, Waiting, wait_for_data
 from ..control.cost_mode import ARRIVAL_WINDOW_PLANS, PlanInputs, arrival_rate
 from ..ledger import Ledger
 from ..models import TopicPartition
@@ -19,6 +19,8 @@ from .common import (
     load_executor_target,
     load_settings,
     refuse_backfill,
+    save_controller,
+    state_lock,
 )
 
 
@@ -49,6 +51,11 @@ class PlanOffsetRangesOperator(PipelineOperator):
     ``max_records_per_batch``) split it into ranges. The plan is stored under (pipeline, run id): a
     retry, a cleared task or a rerun of the same run returns the stored plan and never computes a
     new range.
+
+    With ``min_records_per_batch``, a run that finds fewer records available skips (this task and so
+    the Spark job, the record and scale tasks): nothing is planned or committed and the sink Asset
+    gets no event, until ``max_batch_delay_s`` has passed since the last batch's plan. The controller
+    state's ``waiting`` says so (the page shows "waiting for data").
     """
 
     ui_color = "#e8f4fd"
@@ -83,7 +90,16 @@ class PlanOffsetRangesOperator(PipelineOperator):
             committed = kafka.committed_offsets(p.group, new) if new else {}
 
         now_ms = int(time.time() * 1000)
-        decision = self._decide(controller, settings, ledger, heads, earliest, latest, committed, now_ms)
+        current, _ = starting_positions(heads, earliest, latest, committed, p.starting_offsets)
+        lag = sum(max(latest[tp] - max(current[tp], earliest[tp]), 0) for tp in latest)
+        plans = recent_plans(ledger, p)
+        waiting = wait_for_data(
+            lag, settings.min_records_per_batch, settings.max_batch_delay_s,
+            plans[0].plan.planned_at_ms if plans else None, now_ms,
+        )
+        if waiting is not None:
+            self._skip(settings, waiting)
+        decision = self._decide(controller, settings, lag, plans, latest, now_ms)
         allocation = plan_ranges(
             heads,
             earliest,
@@ -124,22 +140,29 @@ class PlanOffsetRangesOperator(PipelineOperator):
             self.log.warning("Pipeline %s: %s", p.name, warning)
         return plan.to_dict()
 
+    def _skip(self, settings: Any, waiting: Waiting) -> None:
+        """Record the wait in the controller state (under its lock) and skip the run."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        p = self.pipeline
+        with state_lock(p, self.ledger, p.controller_variable):
+            controller = load_controller(p, settings)
+            controller.waiting = waiting
+            save_controller(p, controller, settings)
+        self.log.info("Pipeline %s: %s", p.name, waiting.reason())
+        raise AirflowSkipException(waiting.reason())
+
     def _decide(
         self,
         controller: Any,
         settings: Any,
-        ledger: Ledger,
-        heads: dict[TopicPartition, int],
-        earliest: dict[TopicPartition, int],
+        lag: int,
+        plans: list[Any],
         latest: dict[TopicPartition, int],
-        committed: dict[TopicPartition, int],
         now_ms: int,
     ) -> PlanDecision:
         """The controller's rate for this batch: the PID's, or the cost model's budget as a rate."""
         p = self.pipeline
-        current, _ = starting_positions(heads, earliest, latest, committed, p.starting_offsets)
-        lag = sum(max(latest[tp] - max(current[tp], earliest[tp]), 0) for tp in latest)
-        plans = recent_plans(ledger, p)
         last = plans[0].plan if plans else None
         return controller.plan(
             settings.cost_params(),

@@ -193,10 +193,23 @@ def read_state(user: Any, pipeline: str) -> dict[str, Any]:
         "thresholds": {"scaling_up_ratio": up, "scaling_down_ratio": down, "source": source},
         "current": {
             "rate_limit": controller.get("rate_limit") if isinstance(controller, dict) else None,
+            # the mode that plans, the cost mode's correction terms and a run waiting for data
+            "mode": controller.get("mode") if isinstance(controller, dict) else None,
+            "correction": _get(controller, "cost", "correction", "terms"),
+            "waiting": controller.get("waiting") if isinstance(controller, dict) else None,
             "executors": target.get("executors") if isinstance(target, dict) else None,
             "last_decision": target.get("last_decision") if isinstance(target, dict) else None,
         },
     }
+
+
+def _get(d: Any, *keys: str) -> Any:
+    """``d[k1][k2]...``, or None where a level is missing or not an object."""
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
 
 
 def overview(user: Any, ledger: Ledger, pipeline: str, limit: int, stale_after_s: float) -> dict[str, Any]:

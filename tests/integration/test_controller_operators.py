@@ -88,3 +88,92 @@ def test_a_state_with_nan_fails_the_plan_naming_the_variable(make_pipeline, kafk
     bad = af.run_dag(p.ingest_dag_id, 1)
     assert bad.task_states["plan"] == "failed"
     assert ledger.get_plan(p.name, bad.run_id) is None and len(ledger.recent_batches(p.name)) == 1
+
+
+def sink_events(p) -> list[str]:
+    """Partition keys (batch ids) of the pipeline's sink Asset events."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    from airflow_kafka_backpressure.assets import sink_asset_name
+
+    with create_session() as session:
+        asset = session.query(AssetModel).filter_by(name=sink_asset_name(p.name)).one_or_none()
+        if asset is None:
+            return []
+        return [e.partition_key for e in session.query(AssetEvent).filter_by(asset_id=asset.id).order_by(AssetEvent.id)]
+
+
+def test_runs_below_min_records_skip_their_batch_until_max_batch_delay_has_passed(make_pipeline, kafka_broker):
+    """Issue 23 item 3: a run with less than min_records_per_batch skips (no plan, no Spark job, no
+    commit, no Asset event; the state says "waiting for data") until max_batch_delay_s has passed
+    since the last batch's plan; then it reads whatever there is."""
+    import time
+
+    from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
+
+    p, ledger = make_pipeline()
+    topic = p.topics[0]
+    af.set_variable(p.settings_variable, json.dumps({"min_records_per_batch": 100, "max_batch_delay_s": 3600}))
+    produce(kafka_broker.bootstrap, topic, count=150, partitions=4)
+    first = af.run_dag(p.ingest_dag_id, 0)
+    assert first.state == "success" and first.xcoms["ingest"]["records"] == 150
+
+    produce(kafka_broker.bootstrap, topic, count=20, partitions=4, start_id=150)
+    waiting = af.run_dag(p.ingest_dag_id, 1)
+    assert waiting.task_states == {"plan": "skipped", "ingest": "skipped", "record": "skipped", "scale": "skipped"}
+    assert ledger.get_plan(p.name, waiting.run_id) is None and len(ledger.recent_batches(p.name)) == 1
+    state = af.variable(p.controller_variable)["waiting"]
+    assert (state["available"], state["min_records"]) == (20, 100)
+    assert sink_events(p) == ["1"]  # no event for the skipped run
+    with KafkaOffsets({"bootstrap.servers": kafka_broker.bootstrap}) as k:
+        assert sum(k.committed_offsets(p.group, k.partitions([topic])).values()) == 150  # nothing committed
+
+    # the delay has passed (1 s since batch 1's plan, its Spark job and the skipped run in between)
+    af.set_variable(p.settings_variable, json.dumps({"min_records_per_batch": 100, "max_batch_delay_s": 1}))
+    time.sleep(1.0)  # so it has passed whatever the clock's resolution; nothing is asserted on time
+    late = af.run_dag(p.ingest_dag_id, 2)
+    assert late.state == "success", late.task_states
+    assert late.xcoms["ingest"]["records"] == 20 and ledger.batch(2).status == "succeeded"
+    assert af.variable(p.controller_variable)["waiting"] is None
+    assert sink_events(p) == ["1", "2"]
+
+
+def test_a_gain_edited_in_the_settings_variable_changes_the_next_plan_in_the_cost_mode(make_pipeline, kafka_broker):
+    """Issue 23: in the default (cost) mode the gains are the correction's; editing one in the
+    settings Variable changes the next plan. The state is what the record task writes after batches
+    of 1,000-3,000 records at 10 ms each (±5%) that each left a backlog behind; with it and a
+    backlog of 20,000 records, the plan is in the drain regime where the correction counts."""
+    import random
+
+    p, ledger = make_pipeline()
+    settings = parse_settings("{}")
+    controller = PipelineController.new("cost", settings.estimator(p.batch_interval_ms))
+    rng = random.Random(5)
+    for i, n in enumerate([1_000, 3_000, 2_000, 3_000, 1_500, 2_500]):
+        ms = int((2.0 + n * 0.010 * (1 + rng.uniform(-0.05, 0.05))) * 1000)
+        controller.on_batch_completed(
+            batch_id=i + 1, time_ms=(i + 1) * 60_000, records=n, processing_ms=ms, scheduling_delay_ms=0,
+            params=settings.cost_params(), left_behind=10_000, budget=float(n), batch_interval_s=p.batch_interval_s,
+        )
+    state = controller.to_dict(settings.cost_params(), p.batch_interval_s)
+    assert state["cost"]["correction"]["terms"]["output"] > 0
+    af.set_variable(p.controller_variable, json.dumps(state))
+    produce(kafka_broker.bootstrap, p.topics[0], count=20_000, partitions=4)
+
+    edited = parse_settings('{"proportional": 0, "integral": 0}')  # the correction off
+    af.set_variable(p.settings_variable, edited.to_json())
+    r = af.run_dag(p.ingest_dag_id, 0)
+    assert r.state == "success", r.task_states
+
+    def planned(s):
+        c = PipelineController.from_dict(state, "cost", s.estimator(p.batch_interval_ms))
+        inputs = PlanInputs(lag=20_000, batch_interval_s=p.batch_interval_s, executors=s.initial_executors)
+        return c.plan(s.cost_params(), inputs)
+
+    with_gains, without = planned(settings), planned(edited)
+    assert without.budget.regime == with_gains.budget.regime == "drain"
+    assert without.budget.correction == 0 < with_gains.budget.correction
+    assert r.xcoms["plan"]["rate"] == pytest.approx(without.rate) and without.rate < with_gains.rate
+    # the budget split over 4 partitions (whole records each)
+    assert without.budget.records - 4 <= r.xcoms["ingest"]["records"] <= without.budget.records < 20_000

@@ -29,7 +29,12 @@ INTERVAL_MS = 10_000
 REPO = Path(__file__).resolve().parents[2]
 EVIL = "</script><script>alert('kbp')</script><img src=x onerror=alert(1)> & \"quoted\"\nline two"
 SETTINGS = {"scaling_up_ratio": 0.8, "scaling_down_ratio": 0.25, "proportional": 1.0}
-CONTROLLER = {"rate_limit": 321, "last_batch": 2, "estimator": {"latest_rate": 321.5}}
+CONTROLLER = {
+    "rate_limit": 321, "last_batch": 2, "estimator": {"latest_rate": 321.5}, "mode": "cost",
+    "cost": {"correction": {"error": 0.05, "integral": 0.1, "previous_error": None,
+                            "terms": {"error": 0.05, "proportional": 0.05, "integral": 0.02, "derivative": 0.0, "output": 0.07}}},
+    "waiting": {"available": 20, "min_records": 100, "last_planned_at_ms": 1, "batch_by_ms": 2, "checked_at_ms": 1},
+}
 TARGET = {"executors": 3, "changed_after_batch": 2, "last_decision": {"action": "up", "reason": "ratio 0.95 >= 0.8"}}
 
 
@@ -246,7 +251,11 @@ def test_state_shows_variables_only_to_users_who_may_read_them(airflow_app: dict
     assert body["variables"]["controller_state"]["value"] == CONTROLLER
     assert body["variables"]["executor_target"]["value"] == TARGET
     assert body["thresholds"] == {"scaling_up_ratio": 0.8, "scaling_down_ratio": 0.25, "source": "settings"}
-    assert body["current"] == {"rate_limit": 321, "executors": 3, "last_decision": TARGET["last_decision"]}
+    assert body["current"] == {
+        "rate_limit": 321, "executors": 3, "last_decision": TARGET["last_decision"],
+        # issue 23: the mode that plans, the cost mode's correction terms, a run waiting for data
+        "mode": "cost", "correction": CONTROLLER["cost"]["correction"]["terms"], "waiting": CONTROLLER["waiting"],
+    }
 
     # The simple auth manager lets a viewer read DAG runs (so batches) but not Variables.
     viewer = _get(airflow_app, PREFIX + f"/pipelines/{P}/overview", user="viewer")
@@ -255,7 +264,9 @@ def test_state_shows_variables_only_to_users_who_may_read_them(airflow_app: dict
     assert len(vbody["batches"]) == 4
     assert all(not v["readable"] and v["value"] is None for v in vbody["variables"].values())
     assert vbody["thresholds"]["source"] == "default"
-    assert vbody["current"] == {"rate_limit": None, "executors": None, "last_decision": None}
+    assert vbody["current"] == {
+        "rate_limit": None, "executors": None, "last_decision": None, "mode": None, "correction": None, "waiting": None,
+    }
 
     other = _get(airflow_app, PREFIX + f"/pipelines/{OTHER}/state").json()
     assert all(v["readable"] and not v["exists"] for v in other["variables"].values())
@@ -276,6 +287,9 @@ def test_page_renders_with_the_ui_cookie_and_escapes_ledger_text(airflow_app: di
         assert f'<svg id="{plot}"' in page
     for table in ("kbp-batches", "kbp-replayable", "kbp-vars", "kbp-lag"):
         assert f'id="{table}"' in page
+    # the cards of the mode that plans (issue 23): the cost mode's budget and correction, waiting runs
+    for card in ("Batch budget (cost mode)", "Correction (PID)", "Rate limit now (spark mode)", "Waiting for data"):
+        assert card in page
     # No external resource: everything inline.
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
     csp = resp.headers["content-security-policy"]

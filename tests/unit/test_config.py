@@ -84,6 +84,14 @@ def test_mode_and_cost_keys():
     assert ControllerSettings().mode == "cost"  # the bench's winner (README: "Control modes")
 
 
+def test_the_gains_reach_the_cost_mode_and_the_wait_keys_default_off():
+    p = parse_settings('{"proportional": 0.4, "integral": 0.05, "derivative": 0.1}').cost_params()
+    assert (p.proportional, p.integral, p.derivative) == (0.4, 0.05, 0.1)
+    s = ControllerSettings()
+    assert (s.min_records_per_batch, s.max_batch_delay_s) == (0, 900.0)  # off; Spark's maxTriggerDelay 15 min
+    assert parse_settings('{"min_records_per_batch": 500, "max_batch_delay_s": 30}').min_records_per_batch == 500
+
+
 @pytest.mark.parametrize(
     "text, fragments",
     [
@@ -94,6 +102,11 @@ def test_mode_and_cost_keys():
         ('{"target_ratio": 0.9, "max_ratio": 0.8}', ["'target_ratio' = 0.9", "<= 'max_ratio' = 0.8"]),
         ('{"drain_horizon_s": -5}', ["'drain_horizon_s'", "[0, inf)"]),
         ('{"cost_window_batches": 1}', ["'cost_window_batches'", "[2, inf)"]),
+        ('{"proportional": -1}', ["'proportional' = -1", "[0, inf)", "cost: the correction's gain"]),
+        ('{"min_records_per_batch": -1}', ["'min_records_per_batch' = -1", "[0, inf)"]),
+        ('{"min_records_per_batch": 2.5}', ["'min_records_per_batch' = 2.5", "not a whole number"]),
+        ('{"max_batch_delay_s": -1}', ["'max_batch_delay_s' = -1", "[0, inf)"]),
+        ('{"min_records_per_batch": 10, "max_records_per_batch": 5}', ["'min_records_per_batch' = 10", "<= 'max_records_per_batch' = 5"]),
     ],
 )
 def test_cost_keys_are_validated(text, fragments):

@@ -122,3 +122,31 @@ def test_the_cost_mode_feeds_its_correction_and_the_spark_mode_resets_it():
         params=params, left_behind=20_000, budget=50_000.0, batch_interval_s=60.0,
     )
     assert spark.cost.correction.integral == 0 and spark.cost.correction.error is None
+
+
+def test_a_run_waits_for_data_below_the_minimum_until_the_delay_has_passed():
+    """Issue 23 item 3 (minOffsetsPerTrigger + maxTriggerDelay)."""
+    from airflow_kafka_backpressure.control.controller import wait_for_data
+
+    w = wait_for_data(40, 100, 60.0, last_planned_at_ms=1_000_000, now_ms=1_030_000)
+    assert w is not None and (w.available, w.min_records, w.batch_by_ms) == (40, 100, 1_060_000)
+    assert "waiting for data: 40 records available, below min_records_per_batch = 100" in w.reason()
+    assert wait_for_data(40, 100, 60.0, 1_000_000, 1_060_000) is None  # the delay has passed
+    assert wait_for_data(100, 100, 60.0, 1_000_000, 1_030_000) is None  # enough data
+    assert wait_for_data(40, 0, 60.0, 1_000_000, 1_030_000) is None  # no minimum
+    assert wait_for_data(40, 100, 60.0, None, 1_030_000) is None  # no batch yet: the first one runs
+
+
+def test_waiting_is_in_the_state_until_the_next_batch():
+    from airflow_kafka_backpressure.control.controller import wait_for_data
+
+    c = fed(COST)
+    c.waiting = wait_for_data(40, 100, 60.0, 1_000_000, 1_030_000)
+    d = json.loads(json.dumps(c.to_dict(CostParams(), 60.0)))
+    assert d["waiting"]["available"] == 40
+    again = PipelineController.from_dict(d, COST, estimator())
+    assert again.waiting == c.waiting
+    again.on_batch_completed(batch_id=50, time_ms=10**8, records=120, processing_ms=5_000, scheduling_delay_ms=0)
+    assert again.waiting is None and again.to_dict()["waiting"] is None
+    with pytest.raises(ControllerStateError, match=r"controller state.waiting = .* is invalid"):
+        PipelineController.from_dict({**d, "waiting": {"available": -1}}, COST, estimator())
