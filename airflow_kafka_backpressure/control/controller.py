@@ -195,7 +195,9 @@ class PipelineController:
         """The rate for the planner: the PID's published limit, or the cost model's budget."""
         if self.mode == SPARK:
             return PlanDecision(SPARK, float(self.rate.latest_rate))
-        budget = plan_budget(self.cost.fit(), params, inputs, self.cost.correction)
+        budget = plan_budget(
+            self.cost.fit(), params, inputs, self.cost.correction, self.cost.per_record_floor_s()
+        )
         rate = budget.rate(inputs.batch_interval_s)
         return PlanDecision(COST, -1.0 if rate is None else rate, budget)
 

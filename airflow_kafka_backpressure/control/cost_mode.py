@@ -56,7 +56,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .cost import (
@@ -90,6 +90,9 @@ NOISE_SIGMAS = 1.2
 PROBE = 1.25 * DISTINCT_SIZE
 #: The warning fires when the fixed cost is at least this share of the interval.
 FIXED_COST_WARNING_SHARE = 0.5
+#: Beyond this many times the largest batch measured (per executor) a batch is an extrapolation:
+#: its predicted time uses a per-record cost never below :meth:`CostModel.per_record_floor_s`.
+EXTRAPOLATION = 4.0
 #: Arrival rate: the median of the rates between the last plans (robust to one burst).
 ARRIVAL_WINDOW_PLANS = 5
 
@@ -254,18 +257,36 @@ class PlanInputs:
 
 
 def plan_budget(
-    fit: CostFit | None, params: CostParams, inputs: PlanInputs, correction: Correction | None = None
+    fit: CostFit | None,
+    params: CostParams,
+    inputs: PlanInputs,
+    correction: Correction | None = None,
+    per_record_floor_s: float | None = None,
 ) -> BatchBudget:
     """The next batch's record budget (a limit: the batch reads at most that many records).
 
     ``correction`` (the PID's state) raises the drain cap from the feedforward's towards
-    ``max_ratio`` while a backlog persists."""
+    ``max_ratio`` while a backlog persists. A batch beyond ``EXTRAPOLATION`` × the largest measured
+    (more available than that) is planned with a per-record cost of at least ``per_record_floor_s``
+    (:meth:`CostModel.per_record_floor_s`): bounded by a predicted time, not by the sizes seen."""
     if fit is None:
         return BatchBudget(None, "initial", "no batch measured yet: the initial limits apply")
     lag = max(int(inputs.lag), 0)
     interval = inputs.batch_interval_s
     e = max(inputs.executors, 1)
     arrivals_per_s, previous_budget, draining = inputs.arrivals_per_s, inputs.previous_budget, inputs.draining
+    extrapolated = ""
+    if (
+        per_record_floor_s is not None
+        and per_record_floor_s > fit.per_record_s
+        and lag > EXTRAPOLATION * fit.largest_work_units * e
+    ):
+        # far beyond the batches measured, on a per-record cost below the last identified one
+        fit = replace(fit, per_record_s=per_record_floor_s)
+        extrapolated = (
+            f"; predicted with the per-record cost last identified ({per_record_floor_s * 1000:.3f} ms): "
+            f"{lag} records are far beyond the batches measured"
+        )
     margin = 1 + NOISE_SIGMAS * fit.noise
     n_target = fit.records_within(params.target_ratio * interval, e)
     # the longest batch planned: max_ratio less the noise margin, but never below the target — the
@@ -281,6 +302,7 @@ def plan_budget(
     def done(n: float, regime: str, reason: str) -> BatchBudget:
         if not math.isfinite(n):  # no per-record cost, or the fixed-cost regime: everything there is
             n = max(lag, 1)
+        reason += extrapolated
         if added > 0 and regime in ("drain", "capacity"):
             reason += f"; the correction adds {added / interval:.1%} of the interval (a backlog persisted)"
         probe = (1 - PROBE) * fit.typical_work_units * e
@@ -353,12 +375,28 @@ class CostModel:
     last_event: str | None = None
     errors: list[float] = field(default_factory=list)  # recent one-batch-ahead relative errors
     correction: Correction = field(default_factory=Correction)  # the PID on the backlog left behind
+    #: the per-record cost last identified (a fitted line, or re-anchored on a level shift): batches
+    #: are planned with a per-record cost never below it (see :meth:`fit_for_planning`)
+    per_record_prior_s: float | None = None
 
     def fit(self) -> CostFit | None:
         """The model over the window; its ``noise`` is the spread of the recent one-batch-ahead
         prediction errors (kept across level shifts), which is what a batch's headroom is for."""
         hint = robust_spread(self.errors) if len(self.errors) >= MIN_POINTS_FOR_NOISE else None
         return fit_cost(self.observations, self.fixed_prior_s, hint)
+
+    def per_record_floor_s(self) -> float | None:
+        """The per-record cost a batch far beyond the sizes measured is planned with, at least: the
+        last identified one; without one, the largest time per record measured (the fixed cost
+        counted as per-record work, the most any batch of the window allows). None: no batch.
+
+        A fit on batches too small for the per-record cost to show (a trickle: the fixed cost is
+        all of their time) can put it near zero, and then any size would seem to fit the interval;
+        with this floor, growth beyond the sizes seen is still bounded by a predicted time."""
+        if self.per_record_prior_s is not None:
+            return self.per_record_prior_s
+        ratios = [o.processing_s / o.work_units for o in self.observations if o.records > 0 and o.processing_ms > 0]
+        return min(ratios) if ratios else None
 
     def observe(self, obs: CostObservation, window_batches: int = DEFAULT_WINDOW_BATCHES) -> str | None:
         """Add a finished batch; return a description of a level shift, if it was one.
@@ -381,6 +419,9 @@ class CostModel:
                 if fit.method != "proportional":  # the proportional guess knows no fixed cost
                     self.fixed_prior_s = fit.fixed_s
                 self.observations = [obs]
+                anchored = self.fit()
+                if anchored is not None:
+                    self.per_record_prior_s = anchored.per_record_s
                 kept = "unknown" if self.fixed_prior_s is None else f"{self.fixed_prior_s:.1f} s kept"
                 self.last_event = (
                     f"batch {obs.batch_id} took {obs.processing_s:.1f} s, {off:+.0%} against the model "
@@ -392,6 +433,7 @@ class CostModel:
         new = self.fit()
         if new is not None and new.method == "theil-sen":
             self.fixed_prior_s = new.fixed_s
+            self.per_record_prior_s = new.per_record_s
         return None
 
     def _can_tell_shift(self, fit: CostFit, obs: CostObservation) -> bool:
@@ -413,6 +455,7 @@ class CostModel:
             "last_event": self.last_event,
             "errors": list(self.errors),
             "correction": self.correction.to_dict(),
+            "per_record_prior_s": self.per_record_prior_s,
         }
 
     @classmethod
@@ -439,4 +482,13 @@ class CostModel:
             None if event is None else str(event),
             [float(x) for x in errors],
             Correction.from_dict(d.get("correction"), f"{where}.correction"),
+            _optional_non_negative(d.get("per_record_prior_s"), f"{where}.per_record_prior_s"),
         )
+
+
+def _optional_non_negative(v: Any, where: str) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise CostModelError(f"{where} = {v!r} must be a finite number >= 0 or null")
+    return float(v)

@@ -269,3 +269,32 @@ def test_the_correction_state_round_trips_and_is_refused_when_broken():
         CostModel.from_dict({"correction": {"integral": -1.0}})
     with pytest.raises(CostModelError, match=r"cost.correction.error = 'x' must be a finite number"):
         CostModel.from_dict({"correction": {"error": "x"}})
+
+
+def test_a_per_record_cost_fitted_near_zero_does_not_plan_the_whole_backlog():
+    """Growth beyond 4x the batches measured is predicted with the per-record cost last identified
+    (or, never identified, the largest time per record measured): a fit on a drifting fixed cost
+    that puts the per-record cost at 0 would otherwise read any backlog in one batch."""
+    flat = model(20.0, 0.0, largest=1_700, typical=1_000)
+    assert budget(flat, lag=100_000).records == 100_000  # without a floor: everything
+    floored = plan_budget(flat, CostParams(), PlanInputs(lag=100_000, batch_interval_s=B), per_record_floor_s=0.02)
+    assert floored.regime == "drain" and floored.records == math.floor((0.99 * B - 20.0) / 0.02)  # 1,970
+    assert "per-record cost last identified" in floored.reason
+    # within 4x the largest batch measured the fit is trusted as it is
+    assert plan_budget(flat, CostParams(), PlanInputs(lag=6_000, batch_interval_s=B), per_record_floor_s=0.02).records == 6_000
+    # after a trickle the floor is the per-record cost measured before it: the burst is read at once
+    trickle = model(15.0, 0.0, largest=300, typical=300)
+    b = plan_budget(trickle, CostParams(), PlanInputs(lag=2_000_000, batch_interval_s=B), per_record_floor_s=1 / 3000)
+    assert b.records == math.floor((0.99 * B - 15) * 3000)
+
+
+def test_the_floor_is_the_last_identified_per_record_cost_and_is_kept_in_the_state():
+    m = CostModel()
+    assert m.per_record_floor_s() is None
+    feed(m, [(1_000, 12.0)])
+    assert m.per_record_floor_s() == pytest.approx(0.012)  # never identified: time per record, fixed cost included
+    feed(m, [(n, 2.0 + n * 0.001) for n in (2_000, 6_000, 3_000, 8_000, 4_000, 7_000)], start_id=2)
+    assert m.fit().method == "theil-sen" and m.per_record_floor_s() == pytest.approx(0.001)
+    assert CostModel.from_dict(m.to_dict()).per_record_prior_s == pytest.approx(0.001)
+    with pytest.raises(CostModelError, match="per_record_prior_s = -1 must be"):
+        CostModel.from_dict({"per_record_prior_s": -1})
