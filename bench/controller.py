@@ -30,7 +30,6 @@ from airflow_kafka_backpressure.control.scenarios import (
     INTERVALS,
     SEEDS,
     criteria,
-    extended,
     seeded,
     shipped,
     summary,
@@ -66,7 +65,7 @@ def fmt(v: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--svg", help="write the plot of the scenarios (seed 1) here, e.g. docs/controller-bench.svg")
+    p.add_argument("--svg", help="write the plot of the scenarios (their own length and seed) here, e.g. docs/controller-bench.svg")
     args = p.parse_args(argv)
 
     started = time.perf_counter()
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.svg:
         rows = [
-            (f"{name}: {sc.description}", [simulate(extended(sc), settings[m]) for m in (SPARK, COST)])
+            (f"{name}: {sc.description}", [simulate(sc, settings[m]) for m in (SPARK, COST)])
             for name, sc in shipped().items()
         ]
         Path(args.svg).parent.mkdir(parents=True, exist_ok=True)

@@ -29,9 +29,12 @@ faster batch really happened), so a recovery does not overshoot.
 While the fixed cost is unknown (every batch had about the same size), a batch that would run above
 the target is made ``PROBE`` smaller than usual once: that measures the fixed cost instead of
 mistaking it for slow records — the mistake that makes Spark's PID shrink batches for ever.
-Growth is bounded by the model's predicted time only (a batch planned within ``max_ratio`` of the
-interval), never by the sizes seen: after a quiet period a burst is read at once at the largest
-batch the model predicts to fit.
+Growth is bounded by the model's predicted time (a batch planned within ``max_ratio`` of the
+interval), not by the sizes seen: after a quiet period a burst is read at once at the largest batch
+the model predicts to fit. With more than ``EXTRAPOLATION`` × the largest batch measured available,
+the prediction uses a per-record cost never below the last identified one
+(:meth:`CostModel.per_record_floor_s`): a fit on batches whose time is all fixed cost cannot tell
+the per-record cost and must not plan an unbounded batch.
 
 **Correction (a PID on the backlog the budget leaves).** The cost model is the feedforward; its noise
 margin keeps drain batches below ``max_ratio``, and a model that is slightly off keeps them below
