@@ -28,10 +28,10 @@ from typing import Any
 
 from .config import ControllerSettings, SettingsError, parse_settings
 from .control.controller import MODES
-from .control.history import HistoryError, Recorded, scenario_from_history
-from .control.plot import render_svg
-from .control.scenarios import shipped
-from .control.simulate import Scenario, SimulationResult, simulate
+from .sim.history import HistoryError, Recorded, scenario_from_history
+from .sim.plot import render_svg
+from .sim.scenarios import shipped
+from .sim.simulate import Scenario, SimulationResult, simulate
 
 DEFAULT_LEDGER_LIMIT = 500
 
@@ -81,7 +81,7 @@ def ledger_scenario(args: argparse.Namespace) -> tuple[Scenario, Recorded, str]:
 
 
 def figures_table(results: Sequence[SimulationResult]) -> str:
-    """One line per run: the figures of :class:`~.control.simulate.Figures`."""
+    """One line per run: the figures of :class:`~.sim.simulate.Figures`."""
     head = (
         f"{'scenario':<16} {'mode':<5} {'batches':>7} {'over':>5} {'over%':>6} {'>drop':>5} "
         f"{'rec/s':>8} {'vs phys':>7} {'drain':>6} {'phys':>6} {'final lag':>10} {'mean r':>6}"

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from airflow_kafka_backpressure.config import parse_settings
 from airflow_kafka_backpressure.control.controller import COST, SPARK
-from airflow_kafka_backpressure.control.plot import render_svg
-from airflow_kafka_backpressure.control.scenarios import (
+from airflow_kafka_backpressure.sim.plot import render_svg
+from airflow_kafka_backpressure.sim.scenarios import (
     INTERVALS,
     SEEDS,
     criteria,
@@ -35,7 +35,7 @@ from airflow_kafka_backpressure.control.scenarios import (
     summary,
     sweep,
 )
-from airflow_kafka_backpressure.control.simulate import simulate
+from airflow_kafka_backpressure.sim.simulate import simulate
 
 #: The floor: read exactly what has arrived (no controller, no cap).
 FLOOR = {"backpressure_enabled": False, "max_records_per_batch": 10**12}

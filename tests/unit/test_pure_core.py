@@ -16,10 +16,10 @@ PURE_MODULES = [
     "airflow_kafka_backpressure.control.cost",
     "airflow_kafka_backpressure.control.cost_mode",
     "airflow_kafka_backpressure.control.controller",
-    "airflow_kafka_backpressure.control.simulate",
-    "airflow_kafka_backpressure.control.scenarios",
-    "airflow_kafka_backpressure.control.plot",
-    "airflow_kafka_backpressure.control.history",
+    "airflow_kafka_backpressure.sim.simulate",
+    "airflow_kafka_backpressure.sim.scenarios",
+    "airflow_kafka_backpressure.sim.plot",
+    "airflow_kafka_backpressure.sim.history",
     "airflow_kafka_backpressure.models",
     "airflow_kafka_backpressure.config",
     "airflow_kafka_backpressure.pipeline",
@@ -39,3 +39,15 @@ def test_module_imports_no_airflow_spark_or_kafka(module):
     ) % (module, FORBIDDEN)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "", f"{module} pulls in {out}"
+
+
+def test_the_control_core_does_not_import_the_simulator():
+    """The simulator (``sim/``) uses the control core, never the reverse (DESIGN.md's layout)."""
+    core = [m for m in PURE_MODULES if m.startswith("airflow_kafka_backpressure.control.")]
+    code = (
+        "import sys, importlib\n"
+        f"for m in {core!r}: importlib.import_module(m)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('airflow_kafka_backpressure.sim')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", out

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from airflow_kafka_backpressure import simulate as cli
-from airflow_kafka_backpressure.control.history import HistoryError, scenario_from_history
+from airflow_kafka_backpressure.sim.history import HistoryError, scenario_from_history
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.models import OffsetRange
 

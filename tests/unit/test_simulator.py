@@ -8,8 +8,8 @@ import math
 import pytest
 
 from airflow_kafka_backpressure.config import ControllerSettings, parse_settings
-from airflow_kafka_backpressure.control import scenarios
-from airflow_kafka_backpressure.control.simulate import (
+from airflow_kafka_backpressure.sim import scenarios
+from airflow_kafka_backpressure.sim.simulate import (
     ArrivalProfile,
     CapacityProfile,
     Scenario,

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..models import TopicPartition
-from .allocation import RateLimits, plan_ranges
-from .controller import PipelineController
-from .cost_mode import CostParams, PlanInputs, arrival_rate
-from .pid import PIDRateEstimator
+from ..control.allocation import RateLimits, plan_ranges
+from ..control.controller import PipelineController
+from ..control.cost_mode import CostParams, PlanInputs, arrival_rate
+from ..control.pid import PIDRateEstimator
 
 
 class ControllerSettings(Protocol):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..models import BatchPlan
-from .cost import CostFit, CostObservation, fit_cost
+from ..control.cost import CostFit, CostObservation, fit_cost
 from .simulate import DEFAULT_SCHEDULER_LATENCY_S, ArrivalProfile, CapacityProfile, Scenario
 
 #: Batch statuses whose metrics measured a real job.
