@@ -114,3 +114,15 @@ def test_cost_keys_are_validated(text, fragments):
         parse_settings(text, source=SRC)
     for f in fragments:
         assert f in str(e.value), (f, str(e.value))
+
+
+def test_every_key_is_declared_once_with_its_rule():
+    """Issue 23 item 5: the dataclass field is the one declaration (default, type, range, doc)."""
+    from dataclasses import fields
+
+    from airflow_kafka_backpressure.config import MAP_KEYS, RULES
+
+    names = [f.name for f in fields(ControllerSettings)]
+    assert sorted(names) == sorted(set(RULES) | MAP_KEYS) and not set(RULES) & MAP_KEYS
+    assert RULES["min_records_per_batch"].low == 0 and RULES["target_ratio"].high == 1.0
+    assert len(settings_help().splitlines()) == len(names)
