@@ -19,25 +19,17 @@ Pure: no Airflow, Spark or Kafka import.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .cost import CostModelError, CostObservation
-from .cost_mode import (
-    DEFAULT_WINDOW_BATCHES,
-    BatchBudget,
-    CostModel,
-    CostParams,
-    PlanInputs,
-    correction_error,
-    fixed_cost_warning,
-    plan_budget,
-)
+from .cost import CostModelError
+from .cost_mode import CostModel, CostParams, PlanInputs, fixed_cost_warning
+from .modes import COST, REGISTRY, SPARK, ControlMode, CostMode, FinishedBatch, PlanDecision, SparkMode
 from .pid import PIDRateEstimator, RateController
+from .scaling import ScalingDecision, ScalingPolicy
 
-SPARK = "spark"
-COST = "cost"
-MODES = (SPARK, COST)
+MODES = tuple(REGISTRY)
+__all__ = ["COST", "SPARK", "MODES", "PlanDecision", "PipelineController", "ControllerStateError", "Feedback"]
 #: The bench (bench/controller.py) shows the cost mode winning every shipped scenario.
 DEFAULT_MODE = COST
 
@@ -65,21 +57,6 @@ class Feedback:
 
     pid_rate: float | None
     cost_event: str | None
-
-
-@dataclass(frozen=True)
-class PlanDecision:
-    """What the planner gets: a rate (records/s; <= 0 before the first estimate) and why."""
-
-    mode: str
-    rate: float
-    budget: BatchBudget | None = None
-
-    @property
-    def reason(self) -> str:
-        if self.budget is not None:
-            return f"{self.budget.regime}: {self.budget.reason}"
-        return "Spark PID rate limit" if self.rate > 0 else "no PID estimate yet: the initial limits apply"
 
 
 @dataclass(frozen=True)
@@ -169,37 +146,41 @@ class PipelineController:
         budget: float | None = None,
         batch_interval_s: float | None = None,
     ) -> Feedback:
-        """Feed one finished batch to both models.
-
-        In the cost mode, with the plan's ``left_behind`` (records between the batch's end and the
-        latest offsets when it was planned), its ``budget`` (records) and the interval, the
-        correction gets its error (:func:`.cost_mode.correction_error`); in the spark mode the
-        correction is reset, so a switch to the cost mode starts it from zero."""
-        pid_rate = self.rate.on_batch_completed(time_ms, records, processing_ms, scheduling_delay_ms)
-        obs = CostObservation(int(batch_id), int(records), int(processing_ms), int(executors))
-        window = DEFAULT_WINDOW_BATCHES if window_batches is None else window_batches
-        event = self.cost.observe(obs, window)
+        """Feed one finished batch to every mode (:data:`.modes.REGISTRY`); the active one is told
+        it planned it (the cost mode's correction learns only from its own budgets; in the spark mode
+        it is reset, so a switch to the cost mode starts it from zero)."""
+        batch = FinishedBatch(
+            batch_id, time_ms, records, processing_ms, scheduling_delay_ms, executors, left_behind, budget, batch_interval_s
+        )
+        params = params or CostParams()
+        if window_batches is not None and window_batches != params.window_batches:
+            params = replace(params, window_batches=window_batches)
+        out = {name: mode.observe(batch, params, active=name == self.mode) for name, mode in self.modes().items()}
         self.waiting = None
-        if self.mode != COST:
-            self.cost.correction.reset()
-        elif left_behind is not None and batch_interval_s is not None:
-            error = correction_error(
-                self.cost.fit(), int(records) + max(int(left_behind), 0), budget, int(executors), batch_interval_s
-            )
-            if error is not None:
-                self.cost.correction.update(error, params or CostParams())
-        return Feedback(pid_rate, event)
+        return Feedback(out[SPARK], out[COST])
+
+    def modes(self) -> dict[str, ControlMode]:
+        """Every mode over this controller's state (each wraps its own state object)."""
+        return {SPARK: SparkMode(self.rate), COST: CostMode(self.cost)}
 
     # ----- planning ------------------------------------------------------------------------
     def plan(self, params: CostParams, inputs: PlanInputs) -> PlanDecision:
-        """The rate for the planner: the PID's published limit, or the cost model's budget."""
-        if self.mode == SPARK:
-            return PlanDecision(SPARK, float(self.rate.latest_rate))
-        budget = plan_budget(
-            self.cost.fit(), params, inputs, self.cost.correction, self.cost.per_record_floor_s()
+        """The rate for the planner, from the active mode."""
+        return self.modes()[self.mode].plan(params, inputs)
+
+    def suggest_executors(
+        self,
+        current: int,
+        batches: list[tuple[int, int]],
+        batch_interval_ms: int,
+        params: CostParams,
+        policy: ScalingPolicy,
+        batches_since_change: int | None,
+    ) -> ScalingDecision:
+        """The executor target, by the active mode's rule."""
+        return self.modes()[self.mode].suggest_executors(
+            current, batches, batch_interval_ms, params, policy, batches_since_change
         )
-        rate = budget.rate(inputs.batch_interval_s)
-        return PlanDecision(COST, -1.0 if rate is None else rate, budget)
 
     def warning(self, batch_interval_s: float) -> str | None:
         return fixed_cost_warning(self.cost.fit(), batch_interval_s)
@@ -207,8 +188,10 @@ class PipelineController:
     # ----- state ---------------------------------------------------------------------------
     def to_dict(self, params: CostParams | None = None, batch_interval_s: float | None = None) -> dict[str, Any]:
         """The state; with ``params`` and the interval it also shows the fit, target and warning."""
-        d = self.rate.to_dict()
-        cost: dict[str, Any] = self.cost.to_dict()
+        d: dict[str, Any] = {}
+        for mode in self.modes().values():  # the PID's layout at the top, the cost model under "cost"
+            d.update(mode.to_dict())
+        cost: dict[str, Any] = d["cost"]
         fit = self.cost.fit()
         cost["fit"] = None if fit is None else fit.to_dict()
         if params is not None:

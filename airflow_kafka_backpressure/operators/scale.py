@@ -6,8 +6,6 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from ..control.controller import COST
-from ..control.scaling import cost_executor_target, executor_target
 from ..ledger import SUCCEEDED
 from ..pipeline import PipelineConfig
 from .base import PipelineOperator
@@ -56,20 +54,15 @@ class ExecutorScalingOperator(PipelineOperator):
             decision = {"target": current, "action": "hold", "ratio": None, "reason": "scaling_enabled is false"}
         else:
             since = None if changed_after is None else len(batches)
-            if settings.mode == COST:
-                d = cost_executor_target(
-                    current,
-                    [(b.records or 0, b.processing_ms) for b in window],
-                    p.batch_interval_ms,
-                    load_controller(p, settings).cost.fit(),
-                    settings.target_ratio,
-                    settings.scaling_policy(),
-                    batches_since_change=since,
-                )
-            else:
-                d = executor_target(
-                    current, [b.processing_ms for b in window], p.batch_interval_ms, settings.scaling_policy(), since
-                )
+            # the active mode's rule (control.modes.REGISTRY): Spark's, or the cost model's judgement
+            d = load_controller(p, settings).suggest_executors(
+                current,
+                [(b.records or 0, b.processing_ms) for b in window],
+                p.batch_interval_ms,
+                settings.cost_params(),
+                settings.scaling_policy(),
+                since,
+            )
             decision = d.to_dict()
         if decision["target"] != current:
             state = {

@@ -150,3 +150,22 @@ def test_waiting_is_in_the_state_until_the_next_batch():
     assert again.waiting is None and again.to_dict()["waiting"] is None
     with pytest.raises(ControllerStateError, match=r"controller state.waiting = .* is invalid"):
         PipelineController.from_dict({**d, "waiting": {"available": -1}}, COST, estimator())
+
+
+def test_modes_are_one_interface_dispatched_from_one_registry():
+    """Issue 23 item 5: spark and cost implement ControlMode; the controller dispatches by name."""
+    from airflow_kafka_backpressure.config import RULES
+    from airflow_kafka_backpressure.control.controller import MODES
+    from airflow_kafka_backpressure.control.modes import REGISTRY, ControlMode
+    from airflow_kafka_backpressure.control.scaling import ScalingPolicy, executor_target
+
+    assert tuple(REGISTRY) == MODES == RULES["mode"].choices
+    for name, cls in REGISTRY.items():
+        assert issubclass(cls, ControlMode) and cls.name == name
+        assert set(cls.settings_keys) <= set(RULES)  # its own settings are settings keys
+    c = fed(SPARK)
+    window = [(40_000, 58_000), (47_000, 57_000)]  # ratio 0.96: above scaling_up_ratio
+    d = c.suggest_executors(2, window, B_MS, CostParams(), ScalingPolicy(), None)
+    assert d == executor_target(2, [58_000, 57_000], B_MS, ScalingPolicy(), None)
+    cost = fed(COST)
+    assert "dominates" in cost.suggest_executors(2, window, B_MS, CostParams(), ScalingPolicy(), None).reason  # the cost model judges

@@ -16,6 +16,7 @@ PURE_MODULES = [
     "airflow_kafka_backpressure.control.cost",
     "airflow_kafka_backpressure.control.cost_mode",
     "airflow_kafka_backpressure.control.controller",
+    "airflow_kafka_backpressure.control.modes",
     "airflow_kafka_backpressure.sim.simulate",
     "airflow_kafka_backpressure.sim.scenarios",
     "airflow_kafka_backpressure.sim.plot",
