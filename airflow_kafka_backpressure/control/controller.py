@@ -121,6 +121,8 @@ class PipelineController:
     rate: RateController
     cost: CostModel = field(default_factory=CostModel)
     waiting: Waiting | None = None  # the last run skipped its batch (see wait_for_data)
+    #: what the last plan used (mode, rate, regime, reason, budget records): the page's figure
+    last_plan: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -203,6 +205,7 @@ class PipelineController:
         d["mode"] = self.mode
         d["cost"] = cost
         d["waiting"] = None if self.waiting is None else self.waiting.to_dict()
+        d["last_plan"] = self.last_plan
         return d
 
     @classmethod
@@ -229,4 +232,7 @@ class PipelineController:
             cost = CostModel.from_dict(d.get("cost") or {}, f"{where}.cost")
         except CostModelError as e:
             raise ControllerStateError(str(e)) from e
-        return cls(mode, rate.retuned(estimator), cost, Waiting.from_dict(d.get("waiting"), where))
+        last_plan = d.get("last_plan")
+        if last_plan is not None and not isinstance(last_plan, dict):
+            raise ControllerStateError(f"{where}.last_plan = {last_plan!r} is invalid: expected an object or null")
+        return cls(mode, rate.retuned(estimator), cost, Waiting.from_dict(d.get("waiting"), where), last_plan)

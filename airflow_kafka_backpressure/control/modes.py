@@ -67,6 +67,23 @@ class PlanDecision:
             return f"{self.budget.regime}: {self.budget.reason}"
         return "Spark PID rate limit" if self.rate > 0 else "no PID estimate yet: the initial limits apply"
 
+    @property
+    def regime(self) -> str:
+        if self.budget is not None:
+            return self.budget.regime
+        return "pid" if self.rate > 0 else "initial"
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the page shows as the figure that planned: the active mode's rate and regime."""
+        return {
+            "mode": self.mode,
+            "rate": self.rate,
+            "regime": self.regime,
+            "reason": self.reason,
+            "budget_records": None if self.budget is None else self.budget.records,
+            "correction": None if self.budget is None else self.budget.correction,
+        }
+
 
 class ControlMode(ABC):
     """One way of sizing batches. ``settings_keys``: the settings Variable's keys it reads."""

@@ -138,7 +138,17 @@ class PlanOffsetRangesOperator(PipelineOperator):
         warning = controller.warning(p.batch_interval_s)
         if warning:
             self.log.warning("Pipeline %s: %s", p.name, warning)
+        self._remember(settings, {**decision.to_dict(), "batch_id": plan.batch_id, "planned_at_ms": now_ms})
         return plan.to_dict()
+
+    def _remember(self, settings: Any, last_plan: dict[str, Any]) -> None:
+        """Keep what planned in the controller state (under its lock): the page shows the active
+        mode's figure and regime from it, and a run that plans is no longer waiting for data."""
+        p = self.pipeline
+        with state_lock(p, self.ledger, p.controller_variable):
+            controller = load_controller(p, settings)
+            controller.last_plan, controller.waiting = last_plan, None
+            save_controller(p, controller, settings)
 
     def _skip(self, settings: Any, waiting: Waiting) -> None:
         """Record the wait in the controller state (under its lock) and skip the run."""

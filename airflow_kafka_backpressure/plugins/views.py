@@ -197,6 +197,7 @@ def read_state(user: Any, pipeline: str) -> dict[str, Any]:
             "mode": controller.get("mode") if isinstance(controller, dict) else None,
             "correction": _get(controller, "cost", "correction", "terms"),
             "waiting": controller.get("waiting") if isinstance(controller, dict) else None,
+            "last_plan": controller.get("last_plan") if isinstance(controller, dict) else None,
             "executors": target.get("executors") if isinstance(target, dict) else None,
             "last_decision": target.get("last_decision") if isinstance(target, dict) else None,
         },

@@ -69,6 +69,9 @@ def test_the_cost_mode_plans_from_the_cost_model_and_keeps_both_models(make_pipe
     assert second.xcoms["ingest"]["records"] == 200  # a small batch: all of it fits the target
 
     state2 = af.variable(p.controller_variable)
+    # what planned, for the page: the cost mode's budget and regime, not the PID's rate limit
+    assert state2["last_plan"]["mode"] == "cost" and state2["last_plan"]["regime"] == "keep-up"
+    assert state2["last_plan"]["rate"] == pytest.approx(plan2["rate"]) and state2["last_plan"]["batch_id"] == 2
     assert [o[0] for o in state2["cost"]["observations"]] == [1, 2]
     assert state2["cost"]["fit"]["fixed_s"] >= 0 and state2["cost"]["target_ratio"] == 0.75
     assert "warning" in state2["cost"]

@@ -34,6 +34,8 @@ CONTROLLER = {
     "cost": {"correction": {"error": 0.05, "integral": 0.1, "previous_error": None,
                             "terms": {"error": 0.05, "proportional": 0.05, "integral": 0.02, "derivative": 0.0, "output": 0.07}}},
     "waiting": {"available": 20, "min_records": 100, "last_planned_at_ms": 1, "batch_by_ms": 2, "checked_at_ms": 1},
+    "last_plan": {"mode": "cost", "rate": 2306.0, "regime": "drain", "reason": "drain: backlog", "budget_records": 23060,
+                  "correction": 0.01, "batch_id": 2, "planned_at_ms": 1},
 }
 TARGET = {"executors": 3, "changed_after_batch": 2, "last_decision": {"action": "up", "reason": "ratio 0.95 >= 0.8"}}
 
@@ -255,6 +257,7 @@ def test_state_shows_variables_only_to_users_who_may_read_them(airflow_app: dict
         "rate_limit": 321, "executors": 3, "last_decision": TARGET["last_decision"],
         # issue 23: the mode that plans, the cost mode's correction terms, a run waiting for data
         "mode": "cost", "correction": CONTROLLER["cost"]["correction"]["terms"], "waiting": CONTROLLER["waiting"],
+        "last_plan": CONTROLLER["last_plan"],  # the figure that planned and its regime (issue 23 item 4)
     }
 
     # The simple auth manager lets a viewer read DAG runs (so batches) but not Variables.
@@ -266,6 +269,7 @@ def test_state_shows_variables_only_to_users_who_may_read_them(airflow_app: dict
     assert vbody["thresholds"]["source"] == "default"
     assert vbody["current"] == {
         "rate_limit": None, "executors": None, "last_decision": None, "mode": None, "correction": None, "waiting": None,
+        "last_plan": None,
     }
 
     other = _get(airflow_app, PREFIX + f"/pipelines/{OTHER}/state").json()

@@ -169,3 +169,18 @@ def test_modes_are_one_interface_dispatched_from_one_registry():
     assert d == executor_target(2, [58_000, 57_000], B_MS, ScalingPolicy(), None)
     cost = fed(COST)
     assert "dominates" in cost.suggest_executors(2, window, B_MS, CostParams(), ScalingPolicy(), None).reason  # the cost model judges
+
+
+def test_the_last_plan_is_kept_for_the_page_and_refused_when_broken():
+    """Issue 23 item 4: the page shows the active mode's figure and regime from the state."""
+    c = fed(COST)
+    d = c.plan(CostParams(), PlanInputs(lag=10**9, batch_interval_s=60.0)).to_dict()
+    assert d["mode"] == COST and d["regime"] in ("drain", "capacity", "fixed-cost") and d["rate"] > 0
+    assert d["budget_records"] == int(d["rate"] * 60) or abs(d["budget_records"] - d["rate"] * 60) < 1
+    spark = fed(SPARK).plan(CostParams(), PlanInputs(lag=10**9, batch_interval_s=60.0)).to_dict()
+    assert spark["regime"] == "pid" and spark["budget_records"] is None
+    c.last_plan = d
+    again = PipelineController.from_dict(json.loads(json.dumps(c.to_dict())), COST, estimator())
+    assert again.last_plan == d
+    with pytest.raises(ControllerStateError, match="last_plan = 3 is invalid"):
+        PipelineController.from_dict({**c.to_dict(), "last_plan": 3}, COST, estimator())
