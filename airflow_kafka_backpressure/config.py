@@ -85,6 +85,7 @@ class ControllerSettings:
     max_records_per_batch: int = _key(DEFAULT_MAX_RECORDS_PER_BATCH, int, 1, doc="cap of records per batch, any mode, the first batches included (like maxOffsetsPerTrigger)")
     min_records_per_batch: int = _key(0, int, 0, doc="a run with fewer records available skips its batch (plans and commits nothing) until max_batch_delay_s has passed since the last batch; 0 = off (like minOffsetsPerTrigger)")
     max_batch_delay_s: float = _key(DEFAULT_MAX_BATCH_DELAY_S, float, 0.0, doc="seconds after the last batch's plan when a run plans whatever there is, below min_records_per_batch too (like maxTriggerDelay)")
+    min_batch_fixed_share: float = _key(0.0, float, 0.0, high=1.0, doc="cost mode: also wait (as below min_records_per_batch) while the batch would spend more than this share of its predicted time on the fitted fixed cost, e.g. 0.5; 0 = off")
     target_ratio: float = _key(cost_mode.DEFAULT_TARGET_RATIO, float, 0.0, low_open=True, high=1.0, doc="cost mode: processing time / interval the batches aim at when keeping up")
     max_ratio: float = _key(cost_mode.DEFAULT_MAX_RATIO, float, 0.0, low_open=True, high=1.0, doc="cost mode: the most of the interval a batch may use while draining a backlog")
     drain_horizon_s: float = _key(cost_mode.DEFAULT_DRAIN_HORIZON_S, float, 0.0, doc="cost mode: clear a backlog within this many seconds with the smallest batches that do; 0 = as fast as max_ratio allows")

@@ -113,6 +113,17 @@ def fixed_cost_warning(fit: CostFit | None, batch_interval_s: float) -> str | No
     )
 
 
+def records_for_fixed_share(fit: CostFit | None, share: float, executors: int = 1) -> int:
+    """The smallest batch whose fixed cost is at most ``share`` of its predicted time (the cost
+    mode's own ``min_records_per_batch``): ``fixed / (fixed + per_record × n / executors) <= share``.
+    0 without a model, with ``share`` 0 (off) or without a per-record cost."""
+    if fit is None or share <= 0 or fit.per_record_s <= 0 or fit.fixed_s <= 0:
+        return 0
+    if share >= 1:
+        return 0
+    return math.ceil(fit.fixed_s * (1 - share) / share / fit.per_record_s * max(executors, 1))
+
+
 def arrival_rate(history: Sequence[tuple[int, int]]) -> float | None:
     """Records/s arriving, from ``(time_ms, total latest offset)`` points of successive plans.
 

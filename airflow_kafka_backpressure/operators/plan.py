@@ -8,8 +8,8 @@ from typing import Any
 from airflow.sdk import Context
 
 from ..control.allocation import plan_ranges, starting_positions
-from ..control.controller import PlanDecision, Waiting, wait_for_data
-from ..control.cost_mode import ARRIVAL_WINDOW_PLANS, PlanInputs, arrival_rate
+from ..control.controller import COST, PlanDecision, Waiting, wait_for_data
+from ..control.cost_mode import ARRIVAL_WINDOW_PLANS, PlanInputs, arrival_rate, records_for_fixed_share
 from ..ledger import Ledger
 from ..models import TopicPartition
 from ..pipeline import PipelineConfig
@@ -94,7 +94,7 @@ class PlanOffsetRangesOperator(PipelineOperator):
         lag = sum(max(latest[tp] - max(current[tp], earliest[tp]), 0) for tp in latest)
         plans = recent_plans(ledger, p)
         waiting = wait_for_data(
-            lag, settings.min_records_per_batch, settings.max_batch_delay_s,
+            lag, self._min_records(settings, controller), settings.max_batch_delay_s,
             plans[0].plan.planned_at_ms if plans else None, now_ms,
         )
         if waiting is not None:
@@ -149,6 +149,15 @@ class PlanOffsetRangesOperator(PipelineOperator):
             controller = load_controller(p, settings)
             controller.last_plan, controller.waiting = last_plan, None
             save_controller(p, controller, settings)
+
+    def _min_records(self, settings: Any, controller: Any) -> int:
+        """``min_records_per_batch``; in the cost mode with ``min_batch_fixed_share``, at least the
+        batch whose fitted fixed cost is at most that share of its time (never above the cap)."""
+        n = settings.min_records_per_batch
+        if settings.mode == COST and settings.min_batch_fixed_share > 0:
+            derived = records_for_fixed_share(controller.cost.fit(), settings.min_batch_fixed_share, self._executors(settings))
+            n = min(max(n, derived), settings.max_records_per_batch)
+        return n
 
     def _skip(self, settings: Any, waiting: Waiting) -> None:
         """Record the wait in the controller state (under its lock) and skip the run."""

@@ -106,6 +106,7 @@ def test_the_gains_reach_the_cost_mode_and_the_wait_keys_default_off():
         ('{"min_records_per_batch": -1}', ["'min_records_per_batch' = -1", "[0, inf)"]),
         ('{"min_records_per_batch": 2.5}', ["'min_records_per_batch' = 2.5", "not a whole number"]),
         ('{"max_batch_delay_s": -1}', ["'max_batch_delay_s' = -1", "[0, inf)"]),
+        ('{"min_batch_fixed_share": 1.5}', ["'min_batch_fixed_share' = 1.5", "[0, 1]"]),
         ('{"min_records_per_batch": 10, "max_records_per_batch": 5}', ["'min_records_per_batch' = 10", "<= 'max_records_per_batch' = 5"]),
     ],
 )

@@ -298,3 +298,13 @@ def test_the_floor_is_the_last_identified_per_record_cost_and_is_kept_in_the_sta
     assert CostModel.from_dict(m.to_dict()).per_record_prior_s == pytest.approx(0.001)
     with pytest.raises(CostModelError, match="per_record_prior_s = -1 must be"):
         CostModel.from_dict({"per_record_prior_s": -1})
+
+
+def test_the_cost_mode_derives_a_minimum_batch_from_the_fixed_cost():
+    """Issue 23 item 3: a batch whose fixed cost is at most a set share of its time."""
+    from airflow_kafka_backpressure.control.cost_mode import records_for_fixed_share
+
+    # fixed 15 s, 0.5 ms a record: at half the time the work is 15 s, 30,000 records (60,000 on 2 executors)
+    assert records_for_fixed_share(FIT, 0.5) == 30_000 and records_for_fixed_share(FIT, 0.5, 2) == 60_000
+    assert FIT.fixed_share(30_000) == pytest.approx(0.5)
+    assert records_for_fixed_share(FIT, 0.0) == 0 and records_for_fixed_share(None, 0.5) == 0
