@@ -51,6 +51,7 @@ class KafkaOffsets:
         self.timeout_ms = max(int(timeout_s * 1000), 1)
         self.config = to_kafka_python(self.properties, source=source)
         self._consumer: Any = None
+        self._admin: Any = None
         self._group_consumers: dict[str, Any] = {}
 
     @property
@@ -107,6 +108,25 @@ class KafkaOffsets:
             self._consumer = self._new_consumer(None)
         return self._consumer
 
+    @property
+    def admin(self) -> Any:
+        """An admin client with the same connection settings (group offsets in one request)."""
+        if self._admin is None:
+            from kafka import KafkaAdminClient
+            from kafka.errors import KafkaError
+
+            from .clients import new_client
+
+            settings = {k: v for k, v in self.config.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+            settings.update(request_timeout_ms=max(self.timeout_ms, 1000), bootstrap_timeout_ms=self.timeout_ms)
+            try:
+                self._admin = self._bounded("connect (admin)", lambda: new_client(KafkaAdminClient, **settings))
+            except KafkaUnavailableError:
+                raise
+            except KafkaError as e:
+                raise self._unavailable(e, "connect (admin)") from e
+        return self._admin
+
     def _group(self, group_id: str) -> Any:
         if not group_id:
             raise ValueError(f"{self.source}: a consumer group id is required")
@@ -152,13 +172,20 @@ class KafkaOffsets:
     def _discard(self) -> None:
         """Forget every client (one may be stuck in a call) and close them in the background."""
         clients = [c for c in [self._consumer, *self._group_consumers.values()] if c is not None]
+        admin = self._admin
         self._consumer = None
+        self._admin = None
         self._group_consumers = {}
 
         def close_all() -> None:
             for c in clients:
                 try:
                     c.close(autocommit=False, timeout_ms=self.timeout_ms)
+                except Exception:  # closing is best effort
+                    pass
+            if admin is not None:
+                try:
+                    admin.close()
                 except Exception:  # closing is best effort
                     pass
 
@@ -205,20 +232,39 @@ class KafkaOffsets:
         return self._offsets("latest offsets", self.consumer.end_offsets, tps)
 
     def committed_offsets(self, group_id: str, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The group's committed offsets; partitions without a commit are left out."""
+        """The group's committed offsets; partitions without a commit are left out.
+
+        One OffsetFetch request for all the partitions (not one per partition: the page's lag of a
+        100-partition topic was 100 round trips, each up to the timeout while the coordinator was
+        away), bounded by ``timeout_s`` as a whole; retried within that bound while the group's
+        coordinator is moving or loading (a retriable error, as a consumer would)."""
         from kafka import TopicPartition as KTP
 
-        consumer = self._group(group_id)
+        if not group_id:
+            raise ValueError(f"{self.source}: a consumer group id is required")
+        wanted = [KTP(tp.topic, tp.partition) for tp in dict.fromkeys(tps)]
+        if not wanted:
+            return {}
+        what = f"committed offsets of group {group_id!r} ({len(wanted)} partition(s))"
+        deadline = time.monotonic() + self.timeout_ms / 1000
+
+        def fetch() -> dict[Any, Any]:
+            from kafka.errors import KafkaError
+
+            while True:
+                try:
+                    return self.admin.list_group_offsets({group_id: wanted}).get(group_id, {})
+                except KafkaError as e:
+                    if not getattr(e, "retriable", False) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+
+        result = self._call(what, fetch)
         out = {}
-        for tp in tps:
-            offset = self._call(
-                f"committed offset of group {group_id!r} for {tp}",
-                consumer.committed,
-                KTP(tp.topic, tp.partition),
-                timeout_ms=self.timeout_ms,  # without it kafka-python retries for ever
-            )
+        for k, v in result.items():
+            offset = getattr(v, "offset", v)
             if offset is not None and offset >= 0:
-                out[tp] = int(offset)
+                out[TopicPartition(k.topic, k.partition)] = int(offset)
         return out
 
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
@@ -284,7 +330,13 @@ class KafkaOffsets:
                     c.close(autocommit=False)
                 except Exception:  # closing is best effort
                     pass
+        if self._admin is not None:
+            try:
+                self._admin.close()
+            except Exception:  # closing is best effort
+                pass
         self._consumer = None
+        self._admin = None
         self._group_consumers = {}
 
     def __enter__(self) -> KafkaOffsets:
