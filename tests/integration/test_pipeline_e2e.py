@@ -266,3 +266,22 @@ def test_a_partition_added_later_is_read_from_its_first_record(
     assert new_ranges == {4: 0, 5: 0}
     assert sink_ids(p.sink) == Counter(range(40, 140))
 
+
+
+@pytest.mark.parametrize("make_pipeline", ["connect"], indirect=True)
+def test_the_record_task_prunes_the_ledger_to_the_pipelines_retention(make_pipeline, kafka_broker):
+    """``ledger_keep_batches`` is applied by the pipeline itself (it was a command run by hand):
+    each record task prunes finished batches beyond the newest N, never a partition's head."""
+    p, ledger = make_pipeline(ledger_keep_batches=2)
+    produce(kafka_broker.bootstrap, p.topics[0], count=40, partitions=4)
+    pruned = []
+    for n in range(4):  # batch 1 reads everything, batches 2-4 are empty (no Spark job)
+        r = af.run_dag(p.ingest_dag_id, n)
+        assert r.state == "success", r.task_states
+        pruned.append(r.xcoms["record"]["pruned_batches"])
+    # batch 1's ranges end at every partition's head, which pruning never deletes; the empty batch 2
+    # goes once it is older than the newest 2
+    assert pruned == [0, 0, 0, 1]
+    assert sorted(b.batch_id for b in ledger.recent_batches(p.name, 100)) == [1, 3, 4]
+    assert sink_ids(p.sink) == Counter(range(40))
+    assert sum(committed(kafka_broker.bootstrap, p).values()) == 40
