@@ -222,8 +222,36 @@ class KafkaOffsets:
         tps = list(tps)
         if not tps:
             return {}
-        result = self._call(what, fn, [KTP(tp.topic, tp.partition) for tp in tps], timeout_ms=self.timeout_ms)
+        try:
+            result = self._call(what, fn, [KTP(tp.topic, tp.partition) for tp in tps], timeout_ms=self.timeout_ms)
+        except (KafkaUnavailableError, KeyError) as e:
+            # kafka-python waits out its timeout for a partition whose topic is gone, as for a broker
+            # that does not answer (or, once its metadata dropped the topic, fails with a KeyError):
+            # ask the cluster which it is before blaming the broker
+            self._raise_if_gone({tp.topic for tp in tps}, what)
+            if isinstance(e, KeyError):
+                raise KafkaUnavailableError(
+                    f"{self.source}: {what}: the client found no offsets for {e} at {self.bootstrap}; "
+                    "retrying the task is safe"
+                ) from e
+            raise
         return {TopicPartition(k.topic, k.partition): int(v) for k, v in result.items()}
+
+    def _raise_if_gone(self, topics: set[str], what: str) -> None:
+        """:class:`TopicNotFoundError` when the cluster answers and one of ``topics`` is not there."""
+        try:  # a fresh Metadata request (the consumer's view of the cluster may lag behind)
+            present = set(self._call("list topics", lambda: self.admin.list_topics()))
+        except KafkaUnavailableError:
+            return  # the broker does not answer: the caller's error stands
+        gone = sorted(topics - present)
+        if gone:
+            raise TopicNotFoundError(
+                f"{self.source}: {what}: topic(s) {gone} no longer exist on {self.bootstrap} (deleted since "
+                "the ranges were planned, or never created). Their offsets cannot be read: if the topic was "
+                "deleted on purpose, give up the batches that read it (`python -m "
+                "airflow_kafka_backpressure.ledger abandon --batch N --reason ...` records their offsets as "
+                "lost); otherwise recreate it, or fix the pipeline's topic list."
+            )
 
     def earliest_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self._offsets("earliest offsets", self.consumer.beginning_offsets, tps)
