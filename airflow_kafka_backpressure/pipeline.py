@@ -16,7 +16,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .control.allocation import ON_DATA_LOSS, STARTING_OFFSETS
+from .control.allocation import ON_DATA_LOSS, ON_TOPIC_RESET, STARTING_OFFSETS
 from .engines import ENGINES
 from .models import DEFAULT_WRITER, writer_problem
 from .storage import _SCHEME_ALIASES, is_absolute_location
@@ -53,6 +53,7 @@ class PipelineConfig:
     ledger_conn_id: str | None = None  # None: SQLite file under AIRFLOW_HOME
     starting_offsets: str = "earliest"
     on_data_loss: str = "fail"
+    on_topic_reset: str = "fail"  # a topic deleted and created again: fail | earliest (see topic_identity)
     reader: str = "auto"
     transform: str | None = None
     executor_cores: int = 1
@@ -105,6 +106,8 @@ class PipelineConfig:
             raise bad("starting_offsets", self.starting_offsets, f"one of {STARTING_OFFSETS}")
         if self.on_data_loss not in ON_DATA_LOSS:
             raise bad("on_data_loss", self.on_data_loss, f"one of {ON_DATA_LOSS}")
+        if self.on_topic_reset not in ON_TOPIC_RESET:
+            raise bad("on_topic_reset", self.on_topic_reset, f"one of {ON_TOPIC_RESET}")
         if self.engine not in ENGINES:
             raise bad("engine", self.engine, f"one of {', '.join(ENGINES)}")
         if self.reader not in ("auto", "python", "native"):

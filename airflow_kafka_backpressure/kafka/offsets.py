@@ -216,6 +216,19 @@ class KafkaOffsets:
             )
         return found
 
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
+        """Kafka's topic id (KIP-516) of each of ``topics`` in one Metadata request; None for a topic
+        that does not exist. A topic deleted and created again keeps its name, not its id."""
+        topics = list(dict.fromkeys(topics))
+        if not topics:
+            return {}
+        described = self._call(f"topic ids of {topics}", lambda: self.admin.describe_topics(topics))
+        out: dict[str, str | None] = dict.fromkeys(topics)
+        for t in described:
+            if t.get("name") in out and not t.get("error_code") and t.get("topic_id"):
+                out[t["name"]] = str(t["topic_id"])
+        return out
+
     def _offsets(self, what: str, fn, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         from kafka import TopicPartition as KTP
 
