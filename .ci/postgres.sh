@@ -78,8 +78,8 @@ if [[ -z "$BIN" ]]; then
     [[ $EUID -eq 0 ]] || die "PostgreSQL is not installed and installing it needs root (apt-get install postgresql)"
     log "installing Debian's postgresql package"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update >&2
-    apt-get install -y --no-install-recommends postgresql >&2
+    # one apt at a time (.ci/run builds docker/test.sh's images meanwhile, which may apt too)
+    flock -w 900 /tmp/kbp-apt.lock sh -c 'apt-get update >&2 && apt-get install -y --no-install-recommends postgresql >&2' 
     BIN="$(find_bin)" || die "postgresql was installed but no /usr/lib/postgresql/*/bin has initdb, pg_ctl, postgres and psql"
 fi
 VERSION="$(basename "$(dirname "$BIN")")"

@@ -1,34 +1,30 @@
-"""Test-only fault points for the fault suite (``tests/faults``). Inert in production.
+"""Seams where a test can hold a batch at a step no fault from outside reaches. Inert in the product.
 
-A pause point does something only when ``$KBP_TEST_PAUSE_AFTER_COMMIT_DIR`` is set **and** the test
-armed it by creating ``<dir>/<pipeline>.arm``: the first batch of that pipeline to reach the point
-takes the arm file (an atomic rename, so it fires once), writes its task process's PID to
-``<dir>/<pipeline>.paused`` and sleeps, so the test can SIGKILL the task at a known step — after the
-batch's output was swapped into the sink, before the ledger marked it finished.
+The one seam is between the sink commit and the ledger's mark (:func:`after_commit`, called by the
+batch operator): a batch whose output was swapped into the sink but not yet marked finished. The step
+takes milliseconds, so no outside fault (a SIGKILL timed from the sink's files, a frozen broker, a
+stopped database) lands in it reliably.
 
+Nothing in the product registers a hook, reads the environment or sleeps here. The fault suite
+registers its pause from ``tests/faults/inject/sitecustomize.py``, which only the processes it starts
+load (through their ``PYTHONPATH``): arming the seam in a deployed Airflow needs code on its workers'
+path, not an environment variable.
 """
 
 from __future__ import annotations
 
-import os
-import time
-from pathlib import Path
+from collections.abc import Callable
 
-PAUSE_AFTER_COMMIT_DIR_ENV = "KBP_TEST_PAUSE_AFTER_COMMIT_DIR"
-PAUSE_S = 600.0
+_AFTER_COMMIT: list[Callable[[str, int], None]] = []
+
+
+def on_after_commit(hook: Callable[[str, int], None]) -> None:
+    """Register ``hook(pipeline, batch_id)`` for :func:`after_commit` (tests only)."""
+    _AFTER_COMMIT.append(hook)
 
 
 def after_commit(pipeline: str, batch_id: int) -> None:
-    """Pause point between the sink commit and the ledger's mark (see the module doc)."""
-    directory = os.environ.get(PAUSE_AFTER_COMMIT_DIR_ENV)
-    if not directory:
-        return
-    d = Path(directory)
-    try:
-        os.rename(d / f"{pipeline}.arm", d / f"{pipeline}.fired")
-    except FileNotFoundError:
-        return
-    tmp = d / f"{pipeline}.paused.tmp"
-    tmp.write_text(f"{os.getpid()} {batch_id}")
-    os.replace(tmp, d / f"{pipeline}.paused")
-    time.sleep(PAUSE_S)
+    """The seam between the sink commit and the ledger's mark: runs the registered hooks (none in
+    the product)."""
+    for hook in list(_AFTER_COMMIT):
+        hook(pipeline, batch_id)

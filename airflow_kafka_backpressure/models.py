@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 #: How a batch's data is written (``options["writer"]``): ``spark`` — Spark's Parquet writer, after
@@ -125,9 +126,14 @@ class BatchPlan:
     rate: float | None = None
     data_loss: tuple[DataLoss, ...] = ()
     lag: int | None = None  # records between the ranges' ends and the latest offsets when planned
+    # Kafka's topic id of each topic when planned: a topic deleted and created again keeps its name
+    # but not its id (its offsets restart), so a rerun, a replay or a commit can tell (plans made
+    # before topic ids were recorded have none).
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", tuple(sorted(self.ranges)))
+        object.__setattr__(self, "topic_ids", dict(sorted(dict(self.topic_ids).items())))
         seen: set[TopicPartition] = set()
         for r in self.ranges:
             if r.tp in seen:
@@ -155,6 +161,7 @@ class BatchPlan:
             "rate": self.rate,
             "data_loss": [d.to_dict() for d in self.data_loss],
             "lag": self.lag,
+            "topic_ids": dict(self.topic_ids),
         }
 
     @classmethod
@@ -170,6 +177,7 @@ class BatchPlan:
             rate=None if d.get("rate") is None else float(d["rate"]),
             data_loss=tuple(DataLoss.from_dict(x) for x in d.get("data_loss", ())),
             lag=None if d.get("lag") is None else int(d["lag"]),
+            topic_ids={str(k): str(v) for k, v in (d.get("topic_ids") or {}).items()},
         )
 
     def to_json(self) -> str:
@@ -248,20 +256,25 @@ class BatchMetrics:
 
 @dataclass(frozen=True)
 class Adoption:
-    """What a replay may take over instead of reading again: the sink version committed by the
-    attempt ``token`` (the batch's last owner in the ledger) for exactly ``ranges`` of the pipeline,
-    with every file it lists present at its listed size. A worker that died between the sink swap
-    and marking the batch leaves exactly that."""
+    """What a replay may take over instead of reading again: a sink version of this pipeline's
+    batch committed for exactly its planned ``ranges`` (or for the ranges the replay itself would
+    write), with every file it lists present at its listed size — whichever earlier attempt wrote
+    it: the replay has claimed the batch, so no newer attempt is live. A worker that died between
+    the sink swap and marking the batch leaves exactly that. ``token``: the batch's last owner in
+    the ledger, for messages. ``refusal``: the replay may not read (retention or a topic reset took
+    offsets and the pipeline's policy is to fail): the job adopts, or fails with this message."""
 
     token: str
     ranges: tuple[OffsetRange, ...]
+    refusal: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"token": self.token, "ranges": [r.to_dict() for r in self.ranges]}
+        return {"token": self.token, "ranges": [r.to_dict() for r in self.ranges], "refusal": self.refusal}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Adoption:
-        return cls(str(d["token"]), tuple(OffsetRange.from_dict(r) for r in d["ranges"]))
+        refusal = d.get("refusal")
+        return cls(str(d["token"]), tuple(OffsetRange.from_dict(r) for r in d["ranges"]), None if refusal is None else str(refusal))
 
 
 def new_token() -> str:

@@ -16,7 +16,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .control.allocation import ON_DATA_LOSS, STARTING_OFFSETS
+from .control.allocation import ON_DATA_LOSS, ON_TOPIC_RESET, STARTING_OFFSETS
 from .engines import ENGINES
 from .models import DEFAULT_WRITER, writer_problem
 from .storage import _SCHEME_ALIASES, is_absolute_location
@@ -36,6 +36,9 @@ MIN_BATCH_TIMEOUT_S = 600.0
 DEFAULT_STALE_AFTER_S = 24 * 3600.0
 
 
+#: Batches of a pipeline the ledger keeps by default (``ledger_keep_batches``): about a week at 60 s.
+DEFAULT_LEDGER_KEEP_BATCHES = 10_000
+
 @dataclass(frozen=True)
 class PipelineConfig:
     name: str
@@ -50,6 +53,7 @@ class PipelineConfig:
     ledger_conn_id: str | None = None  # None: SQLite file under AIRFLOW_HOME
     starting_offsets: str = "earliest"
     on_data_loss: str = "fail"
+    on_topic_reset: str = "fail"  # a topic deleted and created again: fail | earliest (see topic_identity)
     reader: str = "auto"
     transform: str | None = None
     executor_cores: int = 1
@@ -65,6 +69,11 @@ class PipelineConfig:
     kafka_timeout_s: float = 30.0  # bound of each broker call of the plan, record and replay tasks
     task_timeout_s: float | None = None  # execution_timeout of plan/record/scale; default derived below
     replay_deferrable: bool = True  # the replay sensor waits in the triggerer, not in a worker slot
+    # The record task prunes this pipeline's finished batches beyond the newest N from the ledger (and,
+    # with ledger_keep_days, only those that ended longer ago); null: keep every batch. Never past a
+    # partition's commit or head, never an unfinished batch (see Ledger.prune).
+    ledger_keep_batches: int | None = DEFAULT_LEDGER_KEEP_BATCHES
+    ledger_keep_days: float | None = None
     start_date: str = "2026-01-01"
     tags: tuple[str, ...] = ()
 
@@ -97,6 +106,8 @@ class PipelineConfig:
             raise bad("starting_offsets", self.starting_offsets, f"one of {STARTING_OFFSETS}")
         if self.on_data_loss not in ON_DATA_LOSS:
             raise bad("on_data_loss", self.on_data_loss, f"one of {ON_DATA_LOSS}")
+        if self.on_topic_reset not in ON_TOPIC_RESET:
+            raise bad("on_topic_reset", self.on_topic_reset, f"one of {ON_TOPIC_RESET}")
         if self.engine not in ENGINES:
             raise bad("engine", self.engine, f"one of {', '.join(ENGINES)}")
         if self.reader not in ("auto", "python", "native"):
@@ -109,6 +120,10 @@ class PipelineConfig:
             raise bad("reader_options.writer", writer, problem)
         if self.executor_cores < 1:
             raise bad("executor_cores", self.executor_cores, "must be >= 1")
+        if self.ledger_keep_batches is not None and self.ledger_keep_batches < 1:
+            raise bad("ledger_keep_batches", self.ledger_keep_batches, "must be >= 1 (or null: keep every batch)")
+        if self.ledger_keep_days is not None and not (math.isfinite(self.ledger_keep_days) and self.ledger_keep_days > 0):
+            raise bad("ledger_keep_days", self.ledger_keep_days, "must be a finite number of days > 0 (or null)")
 
     # ----- derived names ----------------------------------------------------------------------
     @property

@@ -42,7 +42,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from airflow_kafka_backpressure._fault_points import PAUSE_AFTER_COMMIT_DIR_ENV  # noqa: E402
+from tests.faults.pause_point import PAUSE_DIR_ENV as PAUSE_AFTER_COMMIT_DIR_ENV  # noqa: E402
 from airflow_kafka_backpressure.ledger import Ledger  # noqa: E402
 from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker  # noqa: E402
 from airflow_kafka_backpressure.local.jars import spark_kafka_conf, write_spark_defaults  # noqa: E402

@@ -308,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reader", default="native", help="the reader every batch with records must have used")
     p.add_argument("--airflow", default="http://127.0.0.1:27880")
     p.add_argument("--spark-ui", default="http://127.0.0.1:27080")
-    p.add_argument("--password", default="admin", help="the Airflow admin's password")
+    p.add_argument("--password", default=os.environ.get("AIRFLOW_ADMIN_PASSWORD", ""),
+                   help="the Airflow admin's password (default: env AIRFLOW_ADMIN_PASSWORD)")
     sub = p.add_subparsers(dest="command", required=True)
     w = sub.add_parser("wait-batches")
     w.add_argument("--min", type=int, default=3)

@@ -16,7 +16,7 @@ set -euo pipefail
 log() { echo "airflow-init: $*" >&2; }
 need() { [[ -n "${!1:-}" ]] || { log "ERROR: environment variable $1 is not set (see docker/compose.yaml)"; exit 1; }; }
 for v in KBP_KAFKA_BOOTSTRAP KBP_SPARK_MASTER_URL KBP_SPARK_CONNECT_HOST KBP_SPARK_CONNECT_PORT KBP_LEDGER_HOST \
-         KBP_LEDGER_PORT KBP_LEDGER_USER KBP_LEDGER_PASSWORD KBP_LEDGER_DB AIRFLOW_ADMIN_PASSWORD; do
+         KBP_LEDGER_PORT KBP_LEDGER_USER KBP_LEDGER_PASSWORD KBP_LEDGER_DB; do
     need "$v"
 done
 
@@ -30,14 +30,20 @@ d = sys.argv[1]
 def keep_or_write(name, value):
     path = os.path.join(d, name)
     if os.path.exists(path) and os.path.getsize(path) > 0:
-        return
+        return False
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(value)
+    return True
 keep_or_write("jwt_secret", secrets.token_urlsafe(64))
 keep_or_write("api_secret_key", secrets.token_urlsafe(32))
 keep_or_write("fernet_key", base64.urlsafe_b64encode(os.urandom(32)).decode())
-keep_or_write("passwords.json", json.dumps({"admin": os.environ["AIRFLOW_ADMIN_PASSWORD"]}))
+# the admin's password: AIRFLOW_ADMIN_PASSWORD, else one generated on the first start and logged once
+given = os.environ.get("AIRFLOW_ADMIN_PASSWORD", "")
+if keep_or_write("passwords.json", json.dumps({"admin": given or secrets.token_urlsafe(12)})) and not given:
+    with open(os.path.join(d, "passwords.json")) as f:
+        print(f"airflow-init: generated the Airflow admin's password: {json.load(f)['admin']} "
+              "(kept in the airflow-secrets volume; set AIRFLOW_ADMIN_PASSWORD to choose one)", file=sys.stderr)
 PY
 log "secrets ready in $SECRETS"
 

@@ -81,6 +81,9 @@ class LocalPostgres:
     def __init__(self, base_dir: Path, *, database: str = DATABASE, start_timeout_s: float = 60.0):
         self.database = database
         self.start_timeout_s = start_timeout_s
+        # TCP connections authenticate with a password (scram-sha-256), as a production server's do:
+        # a test of a wrong password must meet a server that checks it
+        self.password = secrets.token_urlsafe(16)
         self.port: int | None = None
         self.proc: subprocess.Popen | None = None
         self.bin_dir = find_postgres_bin()
@@ -125,7 +128,7 @@ class LocalPostgres:
 
     @property
     def url(self) -> str:
-        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/{self.database}"
+        return f"postgresql+psycopg2://postgres:{self.password}@127.0.0.1:{self.port}/{self.database}"
 
     def _popen_kwargs(self) -> dict:
         kw: dict = {"start_new_session": True, "env": self._env()}
@@ -170,12 +173,19 @@ class LocalPostgres:
             pw = pwd.getpwnam(self.run_as)
             for p in (self.base_dir, self.socket_dir):
                 os.chown(p, pw.pw_uid, pw.pw_gid)
+        pwfile = self.base_dir / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        if self.run_as is not None:
+            os.chown(pwfile, pwd.getpwnam(self.run_as).pw_uid, -1)
+        pwfile.chmod(0o600)
         self._run(
             [
                 str(self.bin_dir / "initdb"),
                 "-D", str(self.data_dir),
                 "-U", "postgres",
-                "--auth=trust",
+                f"--pwfile={pwfile}",
+                "--auth-local=trust",  # the unix socket in base_dir (only the test's own user reaches it)
+                "--auth-host=scram-sha-256",
                 "-E", "UTF8",
                 "--locale=C",
                 "--no-sync",
@@ -245,7 +255,9 @@ class LocalPostgres:
     def _connect(self, dbname: str):
         import psycopg2
 
-        return psycopg2.connect(host="127.0.0.1", port=self.port, user="postgres", dbname=dbname, connect_timeout=2)
+        return psycopg2.connect(
+            host="127.0.0.1", port=self.port, user="postgres", password=self.password, dbname=dbname, connect_timeout=2
+        )
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout_s

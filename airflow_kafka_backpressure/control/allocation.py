@@ -32,6 +32,8 @@ from .scala import to_long
 
 STARTING_OFFSETS = ("earliest", "latest")
 ON_DATA_LOSS = ("fail", "skip")
+#: What the pipeline does when a topic was deleted and created again (see ``topic_identity``).
+ON_TOPIC_RESET = ("fail", "earliest")
 
 
 class PlanningError(ValueError):

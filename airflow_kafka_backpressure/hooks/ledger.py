@@ -6,9 +6,11 @@ extra ``{"sqlalchemy_url": "…"}`` or its fields — see :mod:`.ledger_connecti
 ledger call (connect, locks, statements; see :mod:`airflow_kafka_backpressure.ledger.engine`).
 Engines are cached per URL and bound in the process.
 
-The first use of a ledger in a process upgrades its schema to the newest revision this package knows
-(the migrations lock, so tasks starting at once are safe; a ledger upgraded by a newer release is
-refused with a message). Users may also run ``python -m airflow_kafka_backpressure.ledger upgrade``.
+A writer's first use of a ledger in a process (the operators, the ledger commands) upgrades its
+schema to the newest revision this package knows (the migrations lock, so tasks starting at once are
+safe; a ledger upgraded by a newer release is refused with a message). Readers — the monitoring page
+and its API, open to any viewer — never run DDL: they say "not initialised" until a writer or
+``python -m airflow_kafka_backpressure.ledger upgrade`` (a deploy step) has.
 
 **A SQLite ledger is one file on one host.** Under an executor that runs tasks on several hosts
 (Celery, Kubernetes, Edge, ECS/Batch/Lambda …, alone or in a hybrid ``[core] executor`` list), or
@@ -48,18 +50,23 @@ _LEDGERS: dict[tuple[str, float], Ledger] = {}
 _LOCK = threading.Lock()
 
 
-def ledger_for_url(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Ledger:
-    """The process's ledger for ``url`` (created, and its schema upgraded, on first use)."""
+def ledger_for_url(url: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, upgrade: bool = True) -> Ledger:
+    """The process's ledger for ``url``. Writers (``upgrade``) create it and upgrade its schema on
+    first use; readers (the monitoring page and its API) never do: until a writer or a deploy step
+    has, they get :class:`~airflow_kafka_backpressure.ledger.LedgerNotInitialised` naming what to run."""
     with _LOCK:
         ledger = _LEDGERS.get((url, timeout_s))
         if ledger is None:
             ledger = Ledger(url, timeout_s=timeout_s)
             try:
-                ledger.upgrade()
+                if upgrade:
+                    ledger.upgrade()
+                else:
+                    ledger.check_current()
             except BaseException:
                 ledger.dispose()
                 raise
-            _LEDGERS[(url, timeout_s)] = ledger
+            _LEDGERS[(url, timeout_s)] = ledger  # current now: a reader never checks it again
         return ledger
 
 
@@ -152,13 +159,15 @@ class LedgerHook(BaseHook):
             )
         return timeout
 
-    def get_conn(self) -> Ledger:
-        """The ledger; a SQLite one is refused when tasks or triggers run on several hosts."""
+    def get_conn(self, *, upgrade: bool = True) -> Ledger:
+        """The ledger; a SQLite one is refused when tasks or triggers run on several hosts.
+        ``upgrade=False`` for readers: a ledger missing or behind this release raises
+        :class:`~airflow_kafka_backpressure.ledger.LedgerNotInitialised` instead of being migrated."""
         url = self.url()
         refusal = airflow_multi_host_refusal(url, self.ledger_conn_id)
         if refusal:
             raise ValueError(refusal)
-        return ledger_for_url(url, self.timeout_s())
+        return ledger_for_url(url, self.timeout_s(), upgrade=upgrade)
 
     def test_connection(self) -> tuple[bool, str]:
         """Connect (read-only) and say whether the ledger's tables exist; never shows the password."""

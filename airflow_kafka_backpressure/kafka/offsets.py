@@ -51,6 +51,7 @@ class KafkaOffsets:
         self.timeout_ms = max(int(timeout_s * 1000), 1)
         self.config = to_kafka_python(self.properties, source=source)
         self._consumer: Any = None
+        self._admin: Any = None
         self._group_consumers: dict[str, Any] = {}
 
     @property
@@ -107,6 +108,25 @@ class KafkaOffsets:
             self._consumer = self._new_consumer(None)
         return self._consumer
 
+    @property
+    def admin(self) -> Any:
+        """An admin client with the same connection settings (group offsets in one request)."""
+        if self._admin is None:
+            from kafka import KafkaAdminClient
+            from kafka.errors import KafkaError
+
+            from .clients import new_client
+
+            settings = {k: v for k, v in self.config.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+            settings.update(request_timeout_ms=max(self.timeout_ms, 1000), bootstrap_timeout_ms=self.timeout_ms)
+            try:
+                self._admin = self._bounded("connect (admin)", lambda: new_client(KafkaAdminClient, **settings))
+            except KafkaUnavailableError:
+                raise
+            except KafkaError as e:
+                raise self._unavailable(e, "connect (admin)") from e
+        return self._admin
+
     def _group(self, group_id: str) -> Any:
         if not group_id:
             raise ValueError(f"{self.source}: a consumer group id is required")
@@ -152,13 +172,20 @@ class KafkaOffsets:
     def _discard(self) -> None:
         """Forget every client (one may be stuck in a call) and close them in the background."""
         clients = [c for c in [self._consumer, *self._group_consumers.values()] if c is not None]
+        admin = self._admin
         self._consumer = None
+        self._admin = None
         self._group_consumers = {}
 
         def close_all() -> None:
             for c in clients:
                 try:
                     c.close(autocommit=False, timeout_ms=self.timeout_ms)
+                except Exception:  # closing is best effort
+                    pass
+            if admin is not None:
+                try:
+                    admin.close()
                 except Exception:  # closing is best effort
                     pass
 
@@ -189,14 +216,55 @@ class KafkaOffsets:
             )
         return found
 
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
+        """Kafka's topic id (KIP-516) of each of ``topics`` in one Metadata request; None for a topic
+        that does not exist. A topic deleted and created again keeps its name, not its id."""
+        topics = list(dict.fromkeys(topics))
+        if not topics:
+            return {}
+        described = self._call(f"topic ids of {topics}", lambda: self.admin.describe_topics(topics))
+        out: dict[str, str | None] = dict.fromkeys(topics)
+        for t in described:
+            if t.get("name") in out and not t.get("error_code") and t.get("topic_id"):
+                out[t["name"]] = str(t["topic_id"])
+        return out
+
     def _offsets(self, what: str, fn, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         from kafka import TopicPartition as KTP
 
         tps = list(tps)
         if not tps:
             return {}
-        result = self._call(what, fn, [KTP(tp.topic, tp.partition) for tp in tps], timeout_ms=self.timeout_ms)
+        try:
+            result = self._call(what, fn, [KTP(tp.topic, tp.partition) for tp in tps], timeout_ms=self.timeout_ms)
+        except (KafkaUnavailableError, KeyError) as e:
+            # kafka-python waits out its timeout for a partition whose topic is gone, as for a broker
+            # that does not answer (or, once its metadata dropped the topic, fails with a KeyError):
+            # ask the cluster which it is before blaming the broker
+            self._raise_if_gone({tp.topic for tp in tps}, what)
+            if isinstance(e, KeyError):
+                raise KafkaUnavailableError(
+                    f"{self.source}: {what}: the client found no offsets for {e} at {self.bootstrap}; "
+                    "retrying the task is safe"
+                ) from e
+            raise
         return {TopicPartition(k.topic, k.partition): int(v) for k, v in result.items()}
+
+    def _raise_if_gone(self, topics: set[str], what: str) -> None:
+        """:class:`TopicNotFoundError` when the cluster answers and one of ``topics`` is not there."""
+        try:  # a fresh Metadata request (the consumer's view of the cluster may lag behind)
+            present = set(self._call("list topics", lambda: self.admin.list_topics()))
+        except KafkaUnavailableError:
+            return  # the broker does not answer: the caller's error stands
+        gone = sorted(topics - present)
+        if gone:
+            raise TopicNotFoundError(
+                f"{self.source}: {what}: topic(s) {gone} no longer exist on {self.bootstrap} (deleted since "
+                "the ranges were planned, or never created). Their offsets cannot be read: if the topic was "
+                "deleted on purpose, give up the batches that read it (`python -m "
+                "airflow_kafka_backpressure.ledger abandon --batch N --reason ...` records their offsets as "
+                "lost); otherwise recreate it, or fix the pipeline's topic list."
+            )
 
     def earliest_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self._offsets("earliest offsets", self.consumer.beginning_offsets, tps)
@@ -205,20 +273,39 @@ class KafkaOffsets:
         return self._offsets("latest offsets", self.consumer.end_offsets, tps)
 
     def committed_offsets(self, group_id: str, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The group's committed offsets; partitions without a commit are left out."""
+        """The group's committed offsets; partitions without a commit are left out.
+
+        One OffsetFetch request for all the partitions (not one per partition: the page's lag of a
+        100-partition topic was 100 round trips, each up to the timeout while the coordinator was
+        away), bounded by ``timeout_s`` as a whole; retried within that bound while the group's
+        coordinator is moving or loading (a retriable error, as a consumer would)."""
         from kafka import TopicPartition as KTP
 
-        consumer = self._group(group_id)
+        if not group_id:
+            raise ValueError(f"{self.source}: a consumer group id is required")
+        wanted = [KTP(tp.topic, tp.partition) for tp in dict.fromkeys(tps)]
+        if not wanted:
+            return {}
+        what = f"committed offsets of group {group_id!r} ({len(wanted)} partition(s))"
+        deadline = time.monotonic() + self.timeout_ms / 1000
+
+        def fetch() -> dict[Any, Any]:
+            from kafka.errors import KafkaError
+
+            while True:
+                try:
+                    return self.admin.list_group_offsets({group_id: wanted}).get(group_id, {})
+                except KafkaError as e:
+                    if not getattr(e, "retriable", False) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+
+        result = self._call(what, fetch)
         out = {}
-        for tp in tps:
-            offset = self._call(
-                f"committed offset of group {group_id!r} for {tp}",
-                consumer.committed,
-                KTP(tp.topic, tp.partition),
-                timeout_ms=self.timeout_ms,  # without it kafka-python retries for ever
-            )
+        for k, v in result.items():
+            offset = getattr(v, "offset", v)
             if offset is not None and offset >= 0:
-                out[tp] = int(offset)
+                out[TopicPartition(k.topic, k.partition)] = int(offset)
         return out
 
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
@@ -284,7 +371,13 @@ class KafkaOffsets:
                     c.close(autocommit=False)
                 except Exception:  # closing is best effort
                     pass
+        if self._admin is not None:
+            try:
+                self._admin.close()
+            except Exception:  # closing is best effort
+                pass
         self._consumer = None
+        self._admin = None
         self._group_consumers = {}
 
     def __enter__(self) -> KafkaOffsets:

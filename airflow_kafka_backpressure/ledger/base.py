@@ -20,7 +20,7 @@ from .engine import (
     redacted_url,
 )
 from .schema import metadata
-from .states import UnknownBatch
+from .states import LedgerNotInitialised, UnknownBatch
 
 __all__ = ["LedgerBase", "at_or_now", "first_line", "now_ms"]
 
@@ -72,6 +72,16 @@ class LedgerBase:
         if self.engine.dialect.name == "sqlite" and self.engine.url.database not in (None, "", ":memory:"):
             Path(self.engine.url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         return migrate.upgrade(self.engine, self.url, revision)
+
+    def check_current(self) -> None:
+        """Readers' check: the ledger exists at this release's schema (:class:`LedgerNotInitialised`
+        otherwise). Creates nothing: a SQLite file that does not exist is not created."""
+        if self.engine.dialect.name == "sqlite" and self.engine.url.database not in (None, "", ":memory:"):
+            if not Path(self.engine.url.database).expanduser().exists():
+                raise LedgerNotInitialised(
+                    f"The ledger at {self.url} is not initialised yet (no file). {migrate.UPGRADE_HINT}"
+                )
+        migrate.check_current(self.engine, self.url)
 
     def schema_revision(self) -> str | None:
         """The ledger's schema revision (None: no ledger here yet, or one made before migrations)."""

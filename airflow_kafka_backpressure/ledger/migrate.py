@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, inspect, text
 
 from .engine import READ_ONLY
-from .states import LedgerError
+from .states import LedgerError, LedgerNotInitialised
 
 if TYPE_CHECKING:  # alembic is imported when a schema is read or upgraded, not with the package
     from alembic.config import Config
@@ -111,6 +111,30 @@ def _refuse_unknown(state: SchemaState, where: str) -> None:
             "newer release upgraded it. Install that release (or a newer one) on every scheduler, "
             "worker, triggerer and API server that uses this ledger; downgrading a ledger is not "
             "supported."
+        )
+
+
+#: What a reader tells the user to do about a ledger that is missing or behind this release.
+UPGRADE_HINT = (
+    "The first plan task of a pipeline creates and upgrades it, or run "
+    "`python -m airflow_kafka_backpressure.ledger upgrade` (with --conn-id for a connection) as a deploy step."
+)
+
+
+def check_current(engine: Engine, where: str) -> None:
+    """For readers (the monitoring page, its API): the ledger exists at this release's schema, else
+    :class:`LedgerNotInitialised` says what to run. Reads only: no DDL, no lock."""
+    with engine.connect().execution_options(**{READ_ONLY: True}) as conn:
+        state = schema_state(conn)
+        conn.rollback()
+    _refuse_unknown(state, where)
+    if not state.has_tables:
+        raise LedgerNotInitialised(f"The ledger at {where} is not initialised yet (no ledger tables). {UPGRADE_HINT}")
+    head = head_revision()
+    if state.revision != head:
+        raise LedgerNotInitialised(
+            f"The ledger at {where} is at schema revision {state.revision!r}, older than this release's "
+            f"{head!r}: it has not been upgraded yet. {UPGRADE_HINT}"
         )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy import Connection, select, update
 from sqlalchemy.exc import IntegrityError
@@ -53,12 +53,14 @@ class PlansMixin(LedgerBase):
         data_loss: Sequence[DataLoss] = (),
         lag: int | None = None,
         lease_ms: int | None = None,
+        topic_ids: Mapping[str, str] | None = None,
     ) -> BatchPlan:
         """Store a new batch and its ranges in one transaction and return its plan (with its id).
 
         ``lease_ms``: how long the planned batch may wait for its ingest task to claim it before it
         counts as abandoned (the plan or the ingest task died in between) and the replay DAG may take
         it, as it takes a running batch whose lease expired. No attempt owns it meanwhile.
+        ``topic_ids``: Kafka's id of each topic as planned (kept in the plan: see :meth:`known_topic_ids`).
 
         If ``(pipeline, run_id)`` already has a plan (a retry, or a concurrent writer of the same run),
         that stored plan is returned unchanged. Raises :class:`LedgerConflict` when the offsets are
@@ -118,6 +120,7 @@ class PlansMixin(LedgerBase):
                     rate=rate,
                     data_loss=data_loss,
                     lag=lag,
+                    topic_ids=dict(topic_ids or {}),
                 )
                 conn.execute(
                     update(batch_table).where(batch_table.c.batch_id == batch_id).values(plan_json=plan.to_json())
@@ -151,6 +154,74 @@ class PlansMixin(LedgerBase):
             if stored_plan is not None:  # the same run was recorded concurrently: reuse it
                 return stored_plan
             raise self._conflict(pipeline, segments, e) from e
+
+    def known_topic_ids(self, pipeline: str) -> dict[str, str]:
+        """Kafka's topic ids as the pipeline's newest plan recorded them ({} before any plan, or for a
+        plan made before ids were recorded). Pruning never deletes the newest batch."""
+        with self._read() as conn:
+            plan_json = conn.execute(
+                select(batch_table.c.plan_json)
+                .where(batch_table.c.pipeline == pipeline)
+                .order_by(batch_table.c.batch_id.desc())
+                .limit(1)
+            ).scalar_one_or_none()
+        return {} if not plan_json else dict(BatchPlan.from_json(plan_json).topic_ids)
+
+    def reset_topic(self, pipeline: str, topic: str, archived_as: str) -> int:
+        """Start ``topic`` afresh in this pipeline's ledger after it was deleted and created again:
+        the old topic's ranges, partition rows and losses are kept under the name ``archived_as``
+        (not a valid Kafka topic name, so no real topic meets them), and the next plan starts the new
+        topic's chains. Refused (:class:`LedgerConflict`, naming the batches) while an unfinished
+        batch still reads the old topic: replay or abandon it first. Returns the ranges moved."""
+        from sqlalchemy import delete, insert
+
+        from .schema import loss_table, partition_table
+        from .states import FINISHED_BATCH_STATUSES
+
+        with self.engine.begin() as conn:
+            unfinished = sorted(
+                int(b)
+                for b in conn.execute(
+                    select(range_table.c.batch_id)
+                    .join(batch_table, batch_table.c.batch_id == range_table.c.batch_id)
+                    .where(
+                        range_table.c.pipeline == pipeline,
+                        range_table.c.topic == topic,
+                        batch_table.c.status.not_in(FINISHED_BATCH_STATUSES),
+                    )
+                    .distinct()
+                ).scalars()
+            )
+            if unfinished:
+                raise LedgerConflict(
+                    f"Pipeline {pipeline!r}: topic {topic!r} cannot start afresh while batches {unfinished} still "
+                    "read its old offsets: let the replay DAG run (with on_topic_reset='earliest' it records "
+                    "the old topic's offsets of those batches as lost and replays the rest), or abandon them "
+                    "(python -m airflow_kafka_backpressure.ledger abandon --batch N --reason ...)."
+                )
+            # the partition rows point at their head range: move them out of the way, rename, put back
+            rows = [
+                dict(r._mapping)
+                for r in conn.execute(
+                    select(partition_table).where(partition_table.c.pipeline == pipeline, partition_table.c.topic == topic)
+                )
+            ]
+            conn.execute(
+                delete(partition_table).where(partition_table.c.pipeline == pipeline, partition_table.c.topic == topic)
+            )
+            moved = conn.execute(
+                update(range_table)
+                .where(range_table.c.pipeline == pipeline, range_table.c.topic == topic)
+                .values(topic=archived_as)
+            ).rowcount
+            conn.execute(
+                update(loss_table)
+                .where(loss_table.c.pipeline == pipeline, loss_table.c.topic == topic)
+                .values(topic=archived_as)
+            )
+            if rows:
+                conn.execute(insert(partition_table), [{**r, "topic": archived_as} for r in rows])
+        return int(moved or 0)
 
     def _stored_heads(
         self, conn: Connection, pipeline: str, tps: Iterable[TopicPartition]

@@ -93,6 +93,11 @@ class LedgerError(RuntimeError):
     """A ledger operation was refused; the message says what was wrong and what to do."""
 
 
+class LedgerNotInitialised(LedgerError):
+    """A reader found no ledger at this location, or one at an older schema than this release's:
+    readers never create or upgrade one (a deploy step or the first plan task does)."""
+
+
 class LedgerUnavailable(LedgerError):
     """The ledger's database could not be reached, or a call hit its time bound (busy, locked, slow)."""
 

@@ -18,6 +18,7 @@ from ..kafka.offsets import KafkaOffsets
 from ..ledger import Ledger
 from ..ledger.locks import ledger_lock
 from ..pipeline import PipelineConfig
+from ..topic_identity import changed_topics
 
 log = logging.getLogger(__name__)
 
@@ -127,11 +128,26 @@ def commit_progress(pipeline: PipelineConfig, ledger: Ledger, kafka: KafkaOffset
     Only forward: while a finished batch is being rewritten (a cleared run) its ranges are not done,
     but what the group already committed was durably written, so the commit never moves back.
 
+    Topics deleted and created again since the newest plan are left out (their watermarks belong to
+    the old topic's offsets).
+
     Record and replay may commit at once: each reads the group's position, then commits past it.
     The whole read-compare-commit runs under the pipeline's ledger lock (:func:`commit_lock`), so a
     slower caller holding an older view can never commit after, and under, a newer one."""
     with commit_lock(pipeline, ledger):
         done = {tp: o for tp, o in ledger.committable_offsets(pipeline.name).items() if tp.topic in pipeline.topics}
+        known = ledger.known_topic_ids(pipeline.name)
+        if done and known:
+            # a topic deleted and created again since the newest plan: the ledger's watermarks are the
+            # old topic's offsets and must not land on the new one (the next plan decides what to do)
+            changed = changed_topics(known, kafka.topic_ids(sorted({tp.topic for tp in done})))
+            if changed:
+                log.warning(
+                    "Pipeline %s: topic(s) %s were deleted and created again since the newest plan: the group is "
+                    "not committed for them (the next plan applies on_topic_reset=%r)",
+                    pipeline.name, {t: f"{old} -> {new}" for t, (old, new) in changed.items()}, pipeline.on_topic_reset,
+                )
+                done = {tp: o for tp, o in done.items() if tp.topic not in changed}
         current = kafka.committed_offsets(pipeline.group, list(done)) if done else {}
         forward = {tp: o for tp, o in done.items() if o > current.get(tp, -1)}
         kafka.commit_offsets(pipeline.group, forward)

@@ -8,10 +8,12 @@ from typing import Any
 from airflow.sdk import Context
 
 from ..ledger import PLANNED, InvalidTransition
-from ..models import BatchMetrics
+from ..models import BatchMetrics, BatchPlan
+from ..topic_identity import changed_topics, reset_refusal
 from ..pipeline import PipelineConfig
 from .batch import BatchRunningOperator
 from .common import load_executor_target, load_settings
+from .plan import TopicResetError
 
 
 class SparkKafkaBatchOperator(BatchRunningOperator):
@@ -23,6 +25,20 @@ class SparkKafkaBatchOperator(BatchRunningOperator):
     """
 
     ui_color = "#fdf1e3"
+
+    def _check_topics(self, plan: BatchPlan) -> None:
+        """A topic of the plan deleted and created again since it was planned (a rerun of an old run,
+        or a recreation between plan and ingest): its planned offsets now hold other records, so the
+        batch must not read them. The replay DAG applies ``on_topic_reset`` to a failed batch."""
+        if not plan.topic_ids:
+            return  # planned before topic ids were recorded
+        with self.kafka_hook.get_conn() as kafka:
+            current = kafka.topic_ids(list(plan.topic_ids))
+        changed = changed_topics(plan.topic_ids, current)
+        if changed:
+            raise TopicResetError(
+                reset_refusal(self.pipeline.name, changed, f"read for batch {plan.batch_id}", self.pipeline.on_topic_reset)
+            )
 
     def execute(self, context: Context) -> dict[str, Any]:
         p = self.pipeline
@@ -36,6 +52,7 @@ class SparkKafkaBatchOperator(BatchRunningOperator):
             settings = load_settings(p)
             executors = load_executor_target(p, settings)["executors"]
             kafka_props = self.kafka_hook.client_properties()
+            self._check_topics(plan)
         except Exception as e:  # the batch is replayable now, unless another attempt holds it
             try:
                 ledger.mark_failed(

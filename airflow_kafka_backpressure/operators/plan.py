@@ -13,6 +13,7 @@ from ..control.cost_mode import ARRIVAL_WINDOW_PLANS, PlanInputs, arrival_rate, 
 from ..ledger import Ledger
 from ..models import TopicPartition
 from ..pipeline import PipelineConfig
+from ..topic_identity import archived_name, changed_topics, reset_refusal
 from .base import PipelineOperator
 from .common import (
     load_controller,
@@ -38,6 +39,10 @@ def arrivals_history(plans: list[Any], now_ms: int, latest_total: int) -> list[t
         if b.plan.lag is not None
     ]
     return sorted(points) + [(now_ms, latest_total)]
+
+
+class TopicResetError(RuntimeError):
+    """A topic of the pipeline was deleted and created again and ``on_topic_reset`` is ``"fail"``."""
 
 
 class PlanOffsetRangesOperator(PipelineOperator):
@@ -83,11 +88,15 @@ class PlanOffsetRangesOperator(PipelineOperator):
 
         with self.kafka_hook.get_conn() as kafka:
             tps = kafka.partitions(p.topics)
+            topic_ids = kafka.topic_ids(p.topics)
+            reset = self._topic_resets(ledger, topic_ids)
             earliest = kafka.earliest_offsets(tps)
             latest = kafka.latest_offsets(tps)
             heads = {tp: o for tp, o in ledger.heads(p.name).items() if tp.topic in p.topics}
             new = [tp for tp in tps if tp not in heads]
-            committed = kafka.committed_offsets(p.group, new) if new else {}
+            committed = kafka.committed_offsets(p.group, [tp for tp in new if tp.topic not in reset]) if new else {}
+            # a topic created again starts at its earliest offset, whatever the group held for the old one
+            committed.update({tp: earliest[tp] for tp in new if tp.topic in reset})
 
         now_ms = int(time.time() * 1000)
         current, _ = starting_positions(heads, earliest, latest, committed, p.starting_offsets)
@@ -128,6 +137,7 @@ class PlanOffsetRangesOperator(PipelineOperator):
             allocation.data_loss,
             lag=lag_after,
             lease_ms=int(p.planned_lease_s * 1000),
+            topic_ids={t: i for t, i in topic_ids.items() if i},
         )
         self.log.info(
             "Batch %s: %s records over %s partitions (mode %s, rate limit %s records/s, %s records left "
@@ -170,6 +180,27 @@ class PlanOffsetRangesOperator(PipelineOperator):
             save_controller(p, controller, settings)
         self.log.info("Pipeline %s: %s", p.name, waiting.reason())
         raise AirflowSkipException(waiting.reason())
+
+    def _topic_resets(self, ledger: Ledger, topic_ids: dict[str, str | None]) -> set[str]:
+        """Topics deleted and created again since the newest plan (their ids changed): refused with
+        ``on_topic_reset="fail"``; with ``"earliest"`` their old ledger rows are archived so that the
+        new topic starts afresh (refused while unfinished batches still read the old one)."""
+        p = self.pipeline
+        changed = changed_topics(ledger.known_topic_ids(p.name), topic_ids)
+        if not changed:
+            return set()
+        if p.on_topic_reset == "fail":
+            raise TopicResetError(reset_refusal(p.name, changed, "planned"))
+        for topic, (old, new) in sorted(changed.items()):
+            archived = archived_name(topic, old)
+            moved = ledger.reset_topic(p.name, topic, archived)
+            self.log.warning(
+                "Pipeline %s: topic %r was deleted and created again (id %s -> %s); on_topic_reset='earliest': "
+                "its %s old ranges are kept as %r and the new topic is read from its earliest offset. Offsets "
+                "of the old topic that were never planned cannot be counted any more.",
+                p.name, topic, old, new, moved, archived,
+            )
+        return set(changed)
 
     def _decide(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from airflow.sdk import Context
@@ -87,6 +88,25 @@ class RecordBatchMetricsOperator(PipelineOperator):
             raise ValueError(f"metrics must be the ingest task's XCom (a dict), got {type(value).__name__}")
         return BatchMetrics.from_dict(value)
 
+    def _prune(self, ledger: Any) -> int | None:
+        """Apply the pipeline's ledger retention (``ledger_keep_batches``/``ledger_keep_days``) after
+        the commit; returns the batches deleted (None: retention off, or it failed this time). A
+        failure is logged, never fails the batch: the next record task tries again."""
+        p = self.pipeline
+        if p.ledger_keep_batches is None and p.ledger_keep_days is None:
+            return None
+        older_than_ms = None
+        if p.ledger_keep_days is not None:
+            older_than_ms = int((time.time() - p.ledger_keep_days * 86400) * 1000)
+        try:
+            result = ledger.prune(p.name, keep_batches=p.ledger_keep_batches, older_than_ms=older_than_ms)
+        except Exception as e:  # noqa: BLE001 - housekeeping; the batch is committed already
+            self.log.warning("Pipeline %s: pruning the ledger failed (the next batch tries again): %s", p.name, e)
+            return None
+        if result.batches:
+            self.log.info("Pipeline %s: pruned %s finished batch(es) from the ledger (%s)", p.name, result.batches, result)
+        return int(result.batches)
+
     def execute(self, context: Context) -> dict[str, Any]:
         p = self.pipeline
         metrics = self._metrics()
@@ -119,6 +139,7 @@ class RecordBatchMetricsOperator(PipelineOperator):
         ledger.record_metrics(metrics.batch_id, scheduling_delay_ms=delay)
         with self.kafka_hook.get_conn() as kafka:
             committed = commit_progress(p, ledger, kafka)
+        pruned = self._prune(ledger)
         fit = controller.cost.fit()
         warning = controller.warning(p.batch_interval_s)
         result = {
@@ -134,6 +155,7 @@ class RecordBatchMetricsOperator(PipelineOperator):
             "cost_event": feedback.cost_event,
             "warning": warning,
             "committed": committed,
+            "pruned_batches": pruned,
         }
         self.log.info(
             "Batch %s: %s records, %s ms processing, %s ms scheduling delay -> PID rate limit %s records/s; "

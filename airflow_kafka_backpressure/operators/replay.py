@@ -11,6 +11,7 @@ from ..ledger import BatchRecord, LeaseLost
 from ..models import Adoption, BatchMetrics
 from ..pipeline import DEFAULT_STALE_AFTER_S, PipelineConfig
 from ..replay_decision import retention_decision, trimmed_plan
+from ..topic_identity import RESET_REASON, topic_reset_decision
 from .batch import BatchRunningOperator
 from .common import commit_progress, load_executor_target, load_settings
 
@@ -98,20 +99,31 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
             "Replaying batch %s (%s, planned by run %s): %s",
             batch.batch_id, batch.status, batch.run_id, ", ".join(str(r) for r in batch.ranges if r.count),
         )
-        read = [r.tp for r in batch.plan.ranges if r.count > 0]
-        if read:
-            with self.kafka_hook.get_conn() as kafka:
-                earliest = kafka.earliest_offsets(read)
-        else:
-            earliest = {}
-        decision = retention_decision(batch.plan, earliest, p.on_data_loss, ledger_conn_id=p.ledger_conn_id)
-        # the last attempt, whose committed output (if any) may be adopted
-        adopt = Adoption(batch.owner_token, batch.plan.ranges) if batch.owner_token else None
+        with self.kafka_hook.get_conn() as kafka:
+            # a topic deleted and created again: its planned offsets now hold other records
+            ids = kafka.topic_ids(list(batch.plan.topic_ids)) if batch.plan.topic_ids else {}
+            reset = topic_reset_decision(batch.plan, ids, p.on_topic_reset, ledger_conn_id=p.ledger_conn_id)
+            after_reset = trimmed_plan(batch.plan, reset)
+            read = [r.tp for r in after_reset.ranges if r.count > 0]
+            earliest = kafka.earliest_offsets(read) if read else {}
+        decision = retention_decision(after_reset, earliest, p.on_data_loss, ledger_conn_id=p.ledger_conn_id)
+        refusal = reset.refusal or decision.refusal
+        # A complete committed version of the batch (its worker died between the sink swap and the
+        # mark) is adopted, whichever attempt wrote it: it holds every planned offset, so nothing was
+        # lost even if retention or a topic reset took them since. With a refusal the job only adopts.
+        adopt = Adoption(batch.owner_token or "", batch.plan.ranges, refusal)
         token = self.claim(ledger, batch.batch_id, replay=True, stale_before_ms=stale)
-        if decision.refusal is not None:
-            self._mark_failed(ledger, batch.batch_id, token, decision.refusal)
-            raise DataLossRefused(decision.refusal)
-        plan = trimmed_plan(batch.plan, decision)
+        if refusal is not None:
+            metrics = self.run_and_mark(ledger, batch.plan, executors, kafka_props, token=token, replay=True, adopt=adopt)
+            return {"batch_id": batch.batch_id, "records": metrics.records, "processing_ms": metrics.processing_ms,
+                    "adopted": metrics.adopted, "lost": 0}
+        plan = trimmed_plan(after_reset, decision)
+        if reset.lost:
+            self.log.warning(
+                "Batch %s: its topic(s) %s were deleted and created again; on_topic_reset='earliest': recording "
+                "%s planned offsets (%s) as lost and replaying the rest", batch.batch_id,
+                sorted({d.topic for d in reset.lost}), reset.lost_records, ", ".join(map(str, reset.lost)),
+            )
         if decision.lost:
             self.log.warning(
                 "Batch %s: retention deleted %s planned offsets (%s); on_data_loss='skip': recording them "
@@ -120,10 +132,11 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
             )
 
         def record_losses(metrics: BatchMetrics) -> None:
-            if decision.lost and not metrics.adopted:  # an adopted version holds those offsets
-                ledger.record_losses(
-                    batch.batch_id, decision.lost, "retention deleted them before the replay", token=token
-                )
+            if metrics.adopted:  # an adopted version holds those offsets
+                return
+            for lost, reason in ((reset.lost, RESET_REASON), (decision.lost, "retention deleted them before the replay")):
+                if lost:
+                    ledger.record_losses(batch.batch_id, lost, reason, token=token)
 
         if plan.records == 0:  # everything was deleted: nothing to read, no Spark job
             now = int(time.time() * 1000)
@@ -144,13 +157,9 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
             "records": metrics.records,
             "processing_ms": metrics.processing_ms,
             "adopted": metrics.adopted,
-            "lost": 0 if metrics.adopted else decision.lost_records,
+            "lost": 0 if metrics.adopted else decision.lost_records + reset.lost_records,
         }
 
 
 class ReplayFailed(RuntimeError):
     """Some batches could not be replayed (each is failed again with its error in the ledger)."""
-
-
-class DataLossRefused(RuntimeError):
-    """on_data_loss='fail' and retention deleted offsets of the batch: the message names the fix."""

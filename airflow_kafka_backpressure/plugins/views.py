@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,8 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 #: Bound of every broker request the page makes (connect, metadata, offsets, one fetch).
 BROKER_TIMEOUT_S = 5.0
+#: Seconds a pipeline's lag report is reused (the page refreshes every 15 s; several tabs share it).
+LAG_CACHE_S = 5.0
 
 _VARIABLE_SUFFIXES = {
     "settings": "settings",
@@ -60,11 +63,16 @@ def ledger_description() -> dict[str, Any]:
 
 
 def open_ledger() -> Ledger:
-    """The ledger named by ``KBP_LEDGER_CONN_ID`` (else the default one); 503 when it cannot be opened."""
+    """The ledger named by ``KBP_LEDGER_CONN_ID`` (else the default one), opened as a reader: a
+    viewer's request never creates or migrates it. 503 when it cannot be opened or is not
+    initialised yet (the message says what to run)."""
     from ..hooks.ledger import LedgerHook
+    from ..ledger import LedgerNotInitialised
 
     try:
-        return LedgerHook(ledger_conn_id()).get_conn()
+        return LedgerHook(ledger_conn_id()).get_conn(upgrade=False)
+    except LedgerNotInitialised as e:
+        raise HTTPException(status_code=503, detail=f"Ledger not initialised: {e}") from None
     except Exception as e:
         log.exception("Kafka backpressure monitor: cannot open the ledger")
         raise HTTPException(
@@ -262,9 +270,63 @@ def pipeline_config(ledger: Ledger, name: str) -> tuple[PipelineConfig, str]:
     )
 
 
+class _LagReads:
+    """At most one broker read of a pipeline's lag at a time in this process, and its result kept for
+    :data:`LAG_CACHE_S`. The API server runs these synchronous handlers on a shared thread pool (the
+    Execution API's too): during a broker freeze, open tabs that refresh every few seconds must not
+    each hold a thread for a broker timeout. A request that finds a read of the same pipeline in
+    flight gets the last report (marked ``stale``) or a 503 saying so, at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reading: set[str] = set()
+        self._reports: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = {}
+
+    def get(self, key: tuple[Any, ...], read: Any) -> dict[str, Any]:
+        pipeline = key[0]
+        with self._lock:
+            kept = self._reports.get(key)
+            age = time.monotonic() - kept[0] if kept else None
+            if kept and age is not None and age < LAG_CACHE_S:
+                return {**kept[1], "age_s": round(age, 1), "stale": False}
+            if pipeline in self._reading:
+                if kept:
+                    return {**kept[1], "age_s": round(age or 0.0, 1), "stale": True}
+                raise HTTPException(
+                    status_code=503,
+                    detail=(
+                        f"The lag of pipeline {pipeline!r} is being read from Kafka by another request "
+                        f"(bounded to {BROKER_TIMEOUT_S:g} s per broker call); try again in a few seconds."
+                    ),
+                    headers={"Retry-After": str(int(BROKER_TIMEOUT_S))},
+                )
+            self._reading.add(pipeline)
+        try:
+            report = read()
+        finally:
+            with self._lock:
+                self._reading.discard(pipeline)
+        with self._lock:
+            self._reports[key] = (time.monotonic(), report)
+            for k in [k for k, (at, _) in self._reports.items() if time.monotonic() - at > 60 * LAG_CACHE_S]:
+                del self._reports[k]
+        return {**report, "age_s": 0.0, "stale": False}
+
+
+_LAG_READS = _LagReads()
+
+
 def lag(ledger: Ledger, name: str, retention_margin_records: int, with_timestamps: bool) -> dict[str, Any]:
-    """The per-partition lag report of a pipeline; 503 with the reason when the broker cannot answer
-    (every request is bounded by :data:`BROKER_TIMEOUT_S`)."""
+    """The per-partition lag report of a pipeline, read from the broker at most once per
+    :data:`LAG_CACHE_S` and never twice at once (:class:`_LagReads`); 503 with the reason when the
+    broker cannot answer (every request is bounded by :data:`BROKER_TIMEOUT_S`)."""
+    return _LAG_READS.get(
+        (name, retention_margin_records, with_timestamps),
+        lambda: _read_lag(ledger, name, retention_margin_records, with_timestamps),
+    )
+
+
+def _read_lag(ledger: Ledger, name: str, retention_margin_records: int, with_timestamps: bool) -> dict[str, Any]:
     from ..hooks.kafka_offsets import KafkaOffsetsHook
     from ..kafka.lag import measure_lag
 

@@ -16,10 +16,10 @@ file starts with ``_``: dataset readers skip it. Writes without an attempt numbe
 :func:`~.sink.write_batch` calls) are not fenced.
 
 **Adoption.** A worker that died between the sink swap and marking the batch in the ledger leaves
-a committed version written by the ledger's last owner of the batch. :func:`adoption_problems`
-says whether a committed manifest is exactly that — same pipeline, written by that attempt's token,
-the same ranges, every listed file present at its listed size — so the replay takes it over
-instead of reading Kafka again.
+a complete committed version. :func:`adoption_problems` says whether a committed manifest is one —
+same pipeline, the planned ranges (or those the replay would write), every listed file present at
+its listed size — so the replay takes it over instead of reading Kafka again, whichever attempt
+wrote it (a later replay that died before its own check must not make it unadoptable).
 """
 
 from __future__ import annotations
@@ -84,19 +84,18 @@ def _newer(batch_id: int, attempt: int, token: str, what: str) -> str:
 
 
 def adoption_problems(
-    manifest: dict[str, Any] | None, pipeline: str, token: str, ranges: Sequence[OffsetRange]
+    manifest: dict[str, Any] | None, pipeline: str, *accepted: Sequence[OffsetRange]
 ) -> list[str]:
-    """Why ``manifest`` is not the committed output of attempt ``token`` for ``ranges`` of
-    ``pipeline`` (pure; files are checked by :func:`file_problems`). Empty: adopt it."""
+    """Why ``manifest`` is not a committed output of ``pipeline``'s batch for one of the
+    ``accepted`` range sets (pure; files are checked by :func:`file_problems`). Empty: adopt it,
+    whichever attempt wrote it (the adopting replay holds the batch: no newer attempt is live)."""
     if manifest is None:
         return ["no committed version"]
     problems = []
     if manifest.get("pipeline") != pipeline:
         problems.append(f"written for pipeline {manifest.get('pipeline')!r}")
-    if manifest.get("token") != token:
-        problems.append(f"written by attempt {str(manifest.get('token'))[:8]}…, not the last owner {token[:8]}…")
     theirs = sorted(OffsetRange.from_dict(r) for r in manifest.get("ranges", ()))
-    if theirs != sorted(ranges):
+    if not any(theirs == sorted(ranges) for ranges in accepted):
         problems.append(f"ranges {', '.join(map(str, theirs)) or 'none'} differ from the plan")
     if not manifest.get("files"):
         problems.append("lists no files")

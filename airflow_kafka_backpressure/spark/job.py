@@ -239,9 +239,11 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
 
     plan = spec.plan
     if spec.adopt is not None:
-        adopted = adopt_committed(spark, spec)
+        adopted, problems = adopt_committed(spark, spec)
         if adopted is not None:
             return adopted
+        if spec.adopt.refusal:  # the batch may not be read: adopting was its one way through
+            raise JobError(f"{spec.adopt.refusal} (no committed version of the batch to adopt: {'; '.join(problems)})")
     check_bounds(spec)
     writer = batch_writer(spec)
     reader = "python" if writer == "arrow" else choose_reader(spark, spec.reader)
@@ -309,10 +311,10 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     )
 
 
-def adopt_committed(spark: Any, spec: JobSpec) -> BatchMetrics | None:
-    """The metrics of the batch's committed version if it is the one ``spec.adopt`` describes (the
-    last attempt's complete output for the planned ranges: see :mod:`.fencing`), read from its
-    manifest without reading Kafka; None (the batch is run) otherwise."""
+def adopt_committed(spark: Any, spec: JobSpec) -> tuple[BatchMetrics | None, list[str]]:
+    """The metrics of the batch's committed version if it is one ``spec.adopt`` accepts (a complete
+    output for the planned ranges, or for the ranges this run would write: see :mod:`.fencing`),
+    read from its manifest without reading Kafka; else None and why not (the batch is run)."""
     from airflow_kafka_backpressure.spark.fencing import adoption_problems
     from airflow_kafka_backpressure.spark.sink import committed_manifest, register
 
@@ -320,13 +322,17 @@ def adopt_committed(spark: Any, spec: JobSpec) -> BatchMetrics | None:
     assert adopt is not None
     register(spark)
     manifest = committed_manifest(spark, plan.sink, plan.batch_id, verify=True)
-    problems = adoption_problems(manifest, plan.pipeline, adopt.token, adopt.ranges)
+    accepted = [adopt.ranges] + ([plan.ranges] if any(r.count > 0 for r in plan.ranges) else [])
+    problems = adoption_problems(manifest, plan.pipeline, *accepted)
     problems += (manifest or {}).get("file_problems", [])
     if problems:
-        log.info("Batch %s: not adopting the committed version (%s); running it", plan.batch_id, "; ".join(problems))
-        return None
+        log.info("Batch %s: not adopting the committed version (%s)", plan.batch_id, "; ".join(problems))
+        return None, problems
     assert manifest is not None
-    log.info("Batch %s: adopting the version attempt %s committed (no re-read)", plan.batch_id, adopt.token[:8])
+    log.info(
+        "Batch %s: adopting the version attempt %s committed (no re-read; the last owner was %s)",
+        plan.batch_id, str(manifest.get("token"))[:8], adopt.token[:8] or "none",
+    )
     started = _now_ms()
     counts = {TopicPartition(p["topic"], int(p["partition"])): int(p["records"]) for p in manifest["partitions"]}
     unread = [OffsetRange.from_dict(r) for r in manifest.get("unread", ())]
@@ -340,9 +346,12 @@ def adopt_committed(spark: Any, spec: JobSpec) -> BatchMetrics | None:
         read_started_at_ms=started,
         committed_at_ms=_now_ms(),
         executors=int(manifest["executors"]),
-        partitions=tuple(PartitionCount(r.topic, r.partition, counts.get(r.tp, 0)) for r in adopt.ranges),
+        partitions=tuple(
+            PartitionCount(r.topic, r.partition, counts.get(r.tp, 0))
+            for r in (OffsetRange.from_dict(x) for x in manifest["ranges"])
+        ),
         adopted=True,
-    )
+    ), []
 
 
 # --------------------------------------------------------------------------- command line
@@ -392,10 +401,11 @@ def _run(spec_uri: str, job_dir: Location, watch: LauncherWatch) -> int:
             _report_error(f"(and the error could not be handed back: {e})")
         return 1
 
-    try:
-        check_bounds(spec)  # fail fast, before the JVM starts; run_batch checks again just before reading
-    except JobError as e:
-        return fail(str(e))
+    if spec.adopt is None:  # a replay may adopt a committed version without reading: run_batch checks after
+        try:
+            check_bounds(spec)  # fail fast, before the JVM starts; run_batch checks again just before reading
+        except JobError as e:
+            return fail(str(e))
 
     from pyspark.sql import SparkSession
 

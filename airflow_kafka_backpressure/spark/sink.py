@@ -265,20 +265,38 @@ def _published_files(staging: Location) -> list[dict[str, Any]]:
 
 
 def check_replaceable(existing: dict[str, Any] | None, describe: dict[str, Any], ranges: Sequence[OffsetRange], where: str) -> None:
-    """Refuse to replace a committed batch written for another pipeline or other offsets (pure)."""
+    """Refuse to replace a committed batch written for another pipeline or other offsets (pure).
+
+    A replay of the same pipeline's batch that writes the planned ranges trimmed at their start
+    (retention or a topic reset took offsets, and the committed version could not be adopted: it is
+    incomplete) replaces it: the same batch, every offset it still holds read again."""
     if existing is None:
         return
     theirs_pipeline = existing.get("pipeline")
     theirs = sorted(OffsetRange.from_dict(r) for r in existing.get("ranges", ()))
     ours = sorted(r for r in ranges)
-    if theirs_pipeline != describe.get("pipeline") or theirs != ours:
+    if theirs_pipeline != describe.get("pipeline"):
         raise SinkError(
-            f"{where} already holds a batch of pipeline {theirs_pipeline!r} with ranges "
-            f"{', '.join(map(str, theirs)) or 'none'}; this batch is pipeline {describe.get('pipeline')!r} with "
-            f"ranges {', '.join(map(str, ours)) or 'none'}. Refusing to overwrite other data: was the "
-            "ledger reset or moved, or do two pipelines share this sink? Give the pipeline its own sink "
-            "(or move the old output away) and replay the batch"
+            f"{where} already holds a batch of another pipeline, {theirs_pipeline!r} (this is "
+            f"{describe.get('pipeline')!r}): two pipelines share this sink. Refusing to overwrite its data: give "
+            "each pipeline its own sink, then replay this batch"
         )
+    if theirs == ours or _trimmed(theirs, ours):
+        return
+    raise SinkError(
+        f"{where} already holds this pipeline's batch with ranges {', '.join(map(str, theirs)) or 'none'}, not "
+        f"{', '.join(map(str, ours)) or 'none'}: the batch id belongs to other offsets, so the ledger was reset, "
+        "restored from an older backup or pointed elsewhere (its batch ids started again). Refusing to overwrite "
+        "that data: move the sink's old output away (or give the pipeline a new sink) and replay the batch"
+    )
+
+
+def _trimmed(theirs: Sequence[OffsetRange], ours: Sequence[OffsetRange]) -> bool:
+    """``ours`` is ``theirs`` with some ranges starting later (same partitions, same ends)."""
+    mine = {r.tp: r for r in ours}
+    return set(mine) == {r.tp for r in theirs} and all(
+        mine[r.tp].until_offset == r.until_offset and mine[r.tp].from_offset >= r.from_offset for r in theirs
+    )
 
 
 def commit_batch(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_backpressure._fault_points import PAUSE_AFTER_COMMIT_DIR_ENV
+from tests.faults.pause_point import PAUSE_DIR_ENV as PAUSE_AFTER_COMMIT_DIR_ENV
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce

@@ -45,10 +45,10 @@ from airflow_kafka_backpressure.local.broker import free_port
 from airflow_kafka_backpressure.models import TopicPartition
 from airflow_kafka_backpressure.pipeline import PipelineConfig
 
+from .pause_point import INJECT_DIR, PAUSE_DIR_ENV  # noqa: F401 - the suite's pause after the sink commit
+
 REPO = Path(__file__).resolve().parents[2]
 DAG_FILE = REPO / "dags" / "kafka_backpressure_pipelines.py"
-#: Environment variable of the test-only pause point after the sink commit (see ``_fault_points``).
-PAUSE_DIR_ENV = "KBP_TEST_PAUSE_AFTER_COMMIT_DIR"
 IN_FLIGHT = ("planned", "running", "replaying")
 
 
@@ -166,7 +166,9 @@ class Standalone:
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "KBP_PIPELINES_FILE": str(self.home / "pipelines.json"),
             "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
-            "PYTHONPATH": str(REPO),  # this checkout wins, in tasks and in the Spark driver
+            # this checkout wins, in tasks and in the Spark driver; inject/ registers the suite's pause
+            # on the product's seam when PAUSE_DIR_ENV is set (tests/faults/pause_point.py)
+            "PYTHONPATH": os.pathsep.join([str(INJECT_DIR), str(REPO)]),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "PYSPARK_PYTHON": sys.executable,
             "TMPDIR": str(self.home / "tmp"),

@@ -68,3 +68,40 @@ def consumer_group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], 
             rows[(cols[1], int(cols[2]))] = (int(cols[3]), int(cols[4]))
     assert rows, out
     return rows
+
+
+def recreate_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.0) -> tuple[str, str]:
+    """Delete ``topic`` and create it again with ``partitions`` partitions, as an operator would;
+    returns its topic ids (before, after). Creation is retried while the broker still finishes the
+    deletion."""
+    import time
+
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        before = admin.describe_topics([topic])[0]["topic_id"]
+        admin.delete_topics([topic])
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+                break
+            except KafkaError:  # still being deleted
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        while True:  # every partition has a leader again
+            described = admin.describe_topics([topic])[0]
+            if len(described["partitions"]) == partitions and all(p["leader_id"] >= 0 for p in described["partitions"]):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {topic} has no leaders after its creation: {described}")
+            time.sleep(0.2)
+        after = described["topic_id"]
+    finally:
+        admin.close()
+    assert before != after, (before, after)
+    return str(before), str(after)

@@ -61,6 +61,28 @@ def test_missing_topic_is_a_clear_error(kafka_broker, monkeypatch):
         kafka.partitions(["no-such-topic"])
 
 
+def test_offsets_of_a_deleted_topic_say_the_topic_is_gone_not_the_broker(kafka_broker, topic_name, monkeypatch):
+    """A topic deleted after a batch was planned (a replay asks for its earliest offsets): the error
+    names the topic, not a broker that is "down, frozen or unreachable" (issue 21, item 7)."""
+    from kafka import KafkaAdminClient
+
+    conn_id = _connection(monkeypatch, "kafka_deleted", {"bootstrap.servers": kafka_broker.bootstrap})
+    ensure_topic(kafka_broker.bootstrap, topic_name, 2)
+    produce(kafka_broker.bootstrap, topic_name, count=10, partitions=2)
+    tps = [TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)]
+    with _hook(conn_id).get_conn() as kafka:
+        assert kafka.earliest_offsets(tps) == dict.fromkeys(tps, 0)  # the client knows the topic
+        admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+        try:
+            admin.delete_topics([topic_name])
+        finally:
+            admin.close()
+        for query in (kafka.earliest_offsets, kafka.latest_offsets):
+            with pytest.raises(TopicNotFoundError, match=rf"{topic_name}.*no longer exist") as err:
+                query(tps)
+            assert "down, frozen or unreachable" not in str(err.value)
+
+
 def test_unreachable_broker_is_a_clear_error_not_a_hang(monkeypatch):
     dead = f"127.0.0.1:{free_port()}"
     conn_id = _connection(monkeypatch, "kafka_dead", {"bootstrap.servers": dead, "sasl.password": "s3cret"})

@@ -34,8 +34,11 @@ def test_the_form_connection_reaches_postgres_and_sees_the_ledger_tables(postgre
 
 
 def test_a_wrong_password_fails_with_a_message_that_hides_it(postgres_url, monkeypatch):
-    if not make_url(postgres_url).password:
-        pytest.skip("the test server trusts local connections: no password is checked")
+    # the session's server checks passwords on TCP (the fixture's, and .ci/postgres.sh's)
+    assert make_url(postgres_url).password, (
+        "the test PostgreSQL URL has no password: point KBP_TEST_POSTGRES_URL at a server that checks "
+        "passwords on TCP (scram-sha-256), or unset it to start the fixture's own"
+    )
     _form_connection(monkeypatch, "kbp_pg_bad", postgres_url, password="wrong-s3cret")
     ok, message = LedgerHook("kbp_pg_bad").test_connection()
     assert not ok and "Cannot connect" in message and "wrong-s3cret" not in message

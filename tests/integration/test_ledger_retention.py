@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from airflow_kafka_backpressure.ledger import InvalidTransition, Ledger, LedgerError
+from airflow_kafka_backpressure.ledger import InvalidTransition, Ledger, LedgerConflict, LedgerError
 from airflow_kafka_backpressure.models import DataLoss, OffsetRange, TopicPartition
 from tests.integration.ledger_dbs import ledger, ledger_url  # noqa: F401 (fixtures)
 
@@ -298,3 +298,27 @@ def test_the_commands_resolve_an_airflow_connection(tmp_path):
     assert out.returncode == 0, out.stderr
     with Ledger(url) as led:
         assert led.batch(ids[0]).status == "abandoned"
+
+
+# --------------------------------------------------------------------------------------------------
+# a topic deleted and created again (issue 21, item 1)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_reset_topic_keeps_its_old_rows_archived_and_the_new_topic_starts_its_chains_at_0(ledger: Ledger):
+    ids = run_batches(ledger, 3, fail=(2,))  # batches 1-2 done, 3 failed
+    with pytest.raises(LedgerConflict, match=rf"batches \[{ids[2]}\] still read its old offsets"):
+        ledger.reset_topic(P, T, "events#old")
+    ledger.abandon(ids[2], "the topic was recreated")
+    assert ledger.reset_topic(P, T, "events#old") == 6
+    assert ledger.heads(P) == {TopicPartition("events#old", 0): 30, TopicPartition("events#old", 1): 30}
+    assert {tp.topic for tp in ledger.committable_offsets(P)} == {"events#old"}
+    # the new topic's offsets start again from 0: a fresh chain, enforced as before
+    b = plan(ledger, "run-new", r(0, 0, 7), r(1, 0, 8))
+    ledger.mark_running(b)
+    ledger.mark_succeeded(b, 15, 1)
+    assert ledger.heads(P)[TP0] == 7 and ledger.heads(P)[TP1] == 8
+    assert ledger.committable_offsets(P)[TP0] == 7
+    assert [x.spans[0].topic for x in ledger.losses(P)] == ["events#old"]  # the abandoned offsets, archived
+    with pytest.raises(LedgerConflict):  # the new chain is enforced as the old one was
+        plan(ledger, "run-overlap", r(0, 3, 9))

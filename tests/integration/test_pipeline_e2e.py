@@ -266,3 +266,80 @@ def test_a_partition_added_later_is_read_from_its_first_record(
     assert new_ranges == {4: 0, 5: 0}
     assert sink_ids(p.sink) == Counter(range(40, 140))
 
+
+
+@pytest.mark.parametrize("make_pipeline", ["connect"], indirect=True)
+def test_the_record_task_prunes_the_ledger_to_the_pipelines_retention(make_pipeline, kafka_broker):
+    """``ledger_keep_batches`` is applied by the pipeline itself (it was a command run by hand):
+    each record task prunes finished batches beyond the newest N, never a partition's head."""
+    p, ledger = make_pipeline(ledger_keep_batches=2)
+    produce(kafka_broker.bootstrap, p.topics[0], count=40, partitions=4)
+    pruned = []
+    for n in range(4):  # batch 1 reads everything, batches 2-4 are empty (no Spark job)
+        r = af.run_dag(p.ingest_dag_id, n)
+        assert r.state == "success", r.task_states
+        pruned.append(r.xcoms["record"]["pruned_batches"])
+    # batch 1's ranges end at every partition's head, which pruning never deletes; the empty batch 2
+    # goes once it is older than the newest 2
+    assert pruned == [0, 0, 0, 1]
+    assert sorted(b.batch_id for b in ledger.recent_batches(p.name, 100)) == [1, 3, 4]
+    assert sink_ids(p.sink) == Counter(range(40))
+    assert sum(committed(kafka_broker.bootstrap, p).values()) == 40
+
+
+@pytest.mark.parametrize("make_pipeline", ["connect"], indirect=True)
+def test_a_recreated_topic_is_noticed_at_plan_replay_and_commit(make_pipeline, kafka_broker, tmp_path, monkeypatch):
+    """A topic deleted and created again restarts its offsets (issue 21, item 1). Before, the plan
+    went on from the old head (skipping the new topic's first records), a replay of an old batch read
+    the new topic's records at the old offsets, and the commit put old watermarks on the new topic."""
+    from airflow_kafka_backpressure.hooks.kafka_offsets import KafkaOffsetsHook
+    from airflow_kafka_backpressure.operators.common import commit_progress
+
+    from .kafka_samples import recreate_topic
+
+    bootstrap = kafka_broker.bootstrap
+    flag = tmp_path / "fail.flag"
+    monkeypatch.setenv("KBP_TEST_FAIL_FLAG", str(flag))
+    fields = {"transform": "tests.integration.e2e_transforms:fail_while_flagged", "replay_interval_s": 20}
+    p, ledger = make_pipeline(**fields)
+    topic = p.topics[0]
+    produce(bootstrap, topic, count=40, partitions=4)
+    assert af.run_dag(p.ingest_dag_id, 0).state == "success"  # batch 1: 40 records
+    produce(bootstrap, topic, count=20, partitions=4, start_id=40)
+    flag.touch()
+    assert af.run_dag(p.ingest_dag_id, 1).task_states["ingest"] == "failed"  # batch 2: 20 records, failed
+    flag.unlink()
+    old_id, new_id = recreate_topic(bootstrap, topic, 4)
+    produce(bootstrap, topic, count=30, partitions=4, start_id=1000)
+    assert ledger.batch(1).plan.topic_ids == {topic: old_id}
+
+    # on_topic_reset="fail" (the default): nothing is planned, replayed or committed on the new topic
+    r = af.run_dag(p.ingest_dag_id, 2)
+    assert r.task_states["plan"] == "failed", r.task_states
+    assert [b.batch_id for b in ledger.recent_batches(p.name, 10)] == [2, 1]
+    replay = af.run_dag(p.replay_dag_id, 0)
+    assert replay.state == "failed", replay.task_states
+    b2 = ledger.batch(2)
+    assert b2.status == "failed" and "deleted and created again" in b2.error and new_id in b2.error, b2.error
+    assert "on_topic_reset" in b2.error and "abandon" in b2.error
+    with KafkaOffsetsHook("kafka_default").get_conn() as kafka:
+        assert commit_progress(p, ledger, kafka) == {}  # batch 1's watermarks stay off the new topic
+    assert sum(committed(bootstrap, p).values()) == 0
+    assert sink_ids(p.sink) == Counter(range(40))
+
+    # on_topic_reset="earliest": batch 2's old offsets are recorded as lost, the new topic is read from 0
+    p, ledger = make_pipeline(on_topic_reset="earliest", **fields)
+    replay = af.run_dag(p.replay_dag_id, 1)
+    assert replay.state == "success", replay.task_states
+    b2 = ledger.batch(2)
+    assert b2.status == "replayed"
+    assert [(x.batch_id, x.lost, {s.reason for s in x.spans}) for x in ledger.losses(p.name)] == [
+        (2, 20, {"the topic was deleted and created again before these offsets were read"})
+    ]
+    r = af.run_dag(p.ingest_dag_id, 3)
+    assert r.state == "success", r.task_states
+    plan = r.xcoms["plan"]
+    assert plan["topic_ids"] == {topic: new_id}
+    assert sorted((x["from_offset"], x["until_offset"] - x["from_offset"]) for x in plan["ranges"]) == [(0, 7), (0, 7), (0, 8), (0, 8)]
+    assert sink_ids(p.sink) == Counter(range(40)) + Counter(range(1000, 1030))  # nothing twice, nothing of the new topic skipped
+    assert sum(committed(bootstrap, p).values()) == 30

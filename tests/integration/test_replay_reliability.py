@@ -137,12 +137,13 @@ def test_fail_mode_names_the_batch_and_the_abandon_command_and_later_batches_are
     assert ledger.replayable_batches(p.name) == []
 
 
-def test_a_batch_written_but_not_marked_is_adopted_without_reading_again(make_pipeline, kafka_broker, monkeypatch):
-    """The worker ran the job (the sink swap committed) and died before mark_succeeded: the ledger row
-    stays ``running`` under the dead attempt's token until its lease expires."""
+def written_not_marked(make_pipeline, kafka_broker, token: str, **fields):
+    """A batch of 40 records whose attempt ``token`` ran the job (the sink swap committed) and died
+    before the ledger's mark: the row stays ``running`` under ``token``. Returns the pipeline, its
+    ledger, the plan and the committed manifest."""
     from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
 
-    p, ledger = make_pipeline(replay_interval_s=20)
+    p, ledger = make_pipeline(**fields)
     ledger.upgrade()  # what the DAG's tasks do on first use
     topic = p.topics[0]
     produce(kafka_broker.bootstrap, topic, count=40, partitions=4)
@@ -150,14 +151,22 @@ def test_a_batch_written_but_not_marked_is_adopted_without_reading_again(make_pi
         p.name, "manual__dead-worker", [OffsetRange(topic, q, 0, 10) for q in range(4)], p.sink,
         p.batch_interval_ms, int(time.time() * 1000),
     )
-    dead = "deadbeef" * 4
-    row = ledger.mark_running(plan.batch_id, executors=1, token=dead, lease_ms=3_600_000)
+    row = ledger.mark_running(plan.batch_id, executors=1, token=token, lease_ms=3_600_000)
     metrics = SparkBatchHook.for_pipeline(p).run(
-        plan, 1, {"bootstrap.servers": kafka_broker.bootstrap}, token=dead, attempt=row.attempts
+        plan, 1, {"bootstrap.servers": kafka_broker.bootstrap}, token=token, attempt=row.attempts
     )
     assert metrics.records == 40 and sink_ids(p.sink) == Counter(range(40))
     manifest = json.loads((Path(plan.output_path) / "_manifest.json").read_text())
-    assert manifest["token"] == dead and manifest["attempt"] == 1
+    assert manifest["token"] == token and manifest["attempt"] == 1
+    return p, ledger, plan, manifest
+
+
+def test_a_batch_written_but_not_marked_is_adopted_without_reading_again(make_pipeline, kafka_broker, monkeypatch):
+    """The worker ran the job (the sink swap committed) and died before mark_succeeded: the ledger row
+    stays ``running`` under the dead attempt's token until its lease expires."""
+    dead = "deadbeef" * 4
+    p, ledger, plan, manifest = written_not_marked(make_pipeline, kafka_broker, dead, replay_interval_s=20)
+    topic = p.topics[0]
     assert ledger.batch(plan.batch_id).status == "running"  # ... and the worker died here
     assert ledger.replayable_batches(p.name) == []  # its lease still runs: not abandoned yet
     ledger.renew_lease(plan.batch_id, dead, 1)
@@ -176,3 +185,31 @@ def test_a_batch_written_but_not_marked_is_adopted_without_reading_again(make_pi
     assert sink_ids(p.sink) == Counter(range(40))
     assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic, q): 10 for q in range(4)}
     assert ledger.losses(p.name) == []
+
+
+def test_a_written_batch_is_adopted_after_a_replay_that_died_before_its_check_and_retention(
+    make_pipeline, kafka_broker
+):
+    """Issue 21, item 3: attempt A commits and dies before the mark; replay R1 claims the batch and
+    fails before its adoption check; retention then deletes some of the batch's offsets. Before, R2
+    could neither adopt A's output (not the last owner's) nor read again, and with on_data_loss
+    'fail' it advised abandoning offsets whose data was in the sink. Now R2 adopts A's version."""
+    a = "a" * 32
+    p, ledger, plan, manifest = written_not_marked(make_pipeline, kafka_broker, a, replay_interval_s=20, on_data_loss="fail")
+    topic = p.topics[0]
+    ledger.renew_lease(plan.batch_id, a, 1)
+    time.sleep(0.05)  # A's lease expired: A is dead
+    r1 = "b" * 32
+    ledger.mark_replaying(plan.batch_id, stale_before_ms=int(time.time() * 1000), token=r1, lease_ms=60_000)
+    ledger.mark_failed(plan.batch_id, "spark-submit could not start", token=r1)  # before its adoption check
+    delete_records(kafka_broker.bootstrap, {TopicPartition(topic, 1): 3})  # retention moves on
+
+    r = af.run_dag(p.replay_dag_id, 0)
+    assert r.state == "success", r.task_states
+    assert [(x["batch_id"], x["records"], x["adopted"], x["lost"]) for x in r.xcoms["replay"]] == [(plan.batch_id, 40, True, 0)]
+    batch = ledger.batch(plan.batch_id)
+    assert batch.status == "replayed" and batch.records == 40
+    assert json.loads((Path(plan.output_path) / "_manifest.json").read_text()) == manifest  # A's, untouched
+    assert ledger.losses(p.name) == []  # nothing recorded as lost: every offset is in the sink
+    assert sink_ids(p.sink) == Counter(range(40))
+    assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic, q): 10 for q in range(4)}

@@ -430,3 +430,107 @@ def test_losses_endpoint_lists_recorded_losses_with_counts(airflow_app: dict[str
         (r.from_offset, r.from_offset + 5, "replay", "retention")
     ]
     assert _get(airflow_app, PREFIX + f"/pipelines/{P}/overview").json()["losses"] == [batch]
+
+
+# ---- reads have no side effects, and the lag never piles up (issue 21, item 5) ---------------------
+
+
+def test_a_viewer_never_creates_or_migrates_the_ledger(
+    airflow_app: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any viewer's first request used to run the ledger's migrations (DDL, locks) in the API server.
+    Readers now say "not initialised" and what to run; a writer or the upgrade command fixes it."""
+    from sqlalchemy import create_engine, inspect
+
+    from airflow_kafka_backpressure.ledger.__main__ import main as ledger_main
+
+    db = tmp_path / "fresh" / "ledger.db"
+    url = f"sqlite:///{db}"
+    monkeypatch.setenv("AIRFLOW_CONN_KBP_UI_FRESH", json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": url}}))
+    monkeypatch.setenv("KBP_LEDGER_CONN_ID", "kbp_ui_fresh")
+
+    resp = _get(airflow_app, PREFIX + "/pipelines")
+    assert resp.status_code == 503, resp.text
+    detail = resp.json()["detail"]
+    assert "not initialised" in detail and "airflow_kafka_backpressure.ledger upgrade" in detail, detail
+    assert not db.exists()  # nothing created, not even the SQLite file
+    boot = _boot(_get(airflow_app, PREFIX + "/").text)
+    assert "not initialised" in boot["error"]
+
+    # a ledger behind this release (an older revision) is shown as such, and left as it is
+    db.parent.mkdir()
+    old = Ledger(url)
+    old.upgrade("0003")
+    old.dispose()
+    resp = _get(airflow_app, PREFIX + "/pipelines")
+    assert resp.status_code == 503 and "older than this release" in resp.json()["detail"], resp.text
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            from airflow_kafka_backpressure.ledger.migrate import schema_state
+
+            assert schema_state(conn).revision == "0003"
+            assert "kbp_losses" in inspect(conn).get_table_names()
+    finally:
+        engine.dispose()
+
+    assert ledger_main(["upgrade", "--conn-id", "kbp_ui_fresh"]) == 0  # the deploy step
+    resp = _get(airflow_app, PREFIX + "/pipelines")
+    assert resp.status_code == 200 and resp.json()["pipelines"] == [], resp.text
+
+
+class _SilentBroker:
+    """A TCP listener on 127.0.0.1 that accepts connections and never answers: a frozen broker."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted = threading.Event()
+        self.conns: list[Any] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            self.accepted.set()
+
+    def close(self) -> None:
+        for c in [*self.conns, self.sock]:
+            c.close()
+
+
+def test_lag_requests_of_a_frozen_broker_do_not_pile_up(
+    airflow_app: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one request waits for a frozen broker (up to its bound), another for the same pipeline
+    does not wait too: it is told at once that the lag is being read. Before, each open tab's refresh
+    held one of the API server's shared threads for the whole broker timeout."""
+    import threading
+
+    frozen = _SilentBroker()
+    try:
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_KBP_UI_FROZEN",
+            json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": f"127.0.0.1:{frozen.port}"}}),
+        )
+        monkeypatch.setenv("KBP_PIPELINES_FILE", str(_pipelines_file(tmp_path, P, TOPIC, "kbp_ui_frozen")))
+        first: dict[str, Any] = {}
+        waiting = threading.Thread(target=lambda: first.update(resp=_get(airflow_app, PREFIX + f"/pipelines/{P}/lag")))
+        waiting.start()
+        assert frozen.accepted.wait(60), "the first lag request never reached the broker"
+        second = _get(airflow_app, PREFIX + f"/pipelines/{P}/lag")
+        assert waiting.is_alive(), "the first request ended before the second was answered: nothing was in flight"
+        assert second.status_code == 503 and "is being read from Kafka by another request" in second.json()["detail"], second.text
+        assert second.headers.get("retry-after")
+        waiting.join(60)
+        assert not waiting.is_alive()
+        assert first["resp"].status_code == 503 and "kbp_ui_frozen" in first["resp"].json()["detail"], first["resp"].text
+    finally:
+        frozen.close()

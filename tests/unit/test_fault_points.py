@@ -1,26 +1,52 @@
-"""The fault suite's pause point is inert unless a test sets its directory and arms it, and fires once."""
+"""The product's seam after the sink commit is inert: no environment variable arms it (issue 21,
+item 8). The fault suite's pause, registered from its own processes' start-up, fires once when armed."""
 
 from __future__ import annotations
 
+import os
+import threading
+
+import pytest
+
 from airflow_kafka_backpressure import _fault_points as fp
+from tests.faults import pause_point
 
 
-def test_the_pause_point_does_nothing_unless_set_and_armed(tmp_path, monkeypatch):
-    monkeypatch.setattr(fp, "PAUSE_S", 0.0)
-    monkeypatch.delenv(fp.PAUSE_AFTER_COMMIT_DIR_ENV, raising=False)
+@pytest.fixture
+def no_hooks(monkeypatch):
+    monkeypatch.setattr(fp, "_AFTER_COMMIT", [])
+
+
+def test_the_seam_cannot_be_armed_from_the_environment(tmp_path, monkeypatch, no_hooks):
+    """What a deployed Airflow has: the seam, the old variable set and an arm file — and nothing
+    happens (the previous product renamed the arm file and slept for 600 s)."""
+    monkeypatch.setenv(pause_point.PAUSE_DIR_ENV, str(tmp_path))
+    (tmp_path / "p.arm").touch()
+    call = threading.Thread(target=fp.after_commit, args=("p", 1), daemon=True)
+    call.start()
+    call.join(30)
+    assert not call.is_alive(), "the product's seam paused"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["p.arm"]
+
+
+def test_the_suites_pause_is_inert_unless_set_and_armed(tmp_path, monkeypatch, no_hooks):
+    monkeypatch.setattr(pause_point, "PAUSE_S", 0.0)
+    pause_point.install()
+    monkeypatch.delenv(pause_point.PAUSE_DIR_ENV, raising=False)
     fp.after_commit("p", 1)
     assert list(tmp_path.iterdir()) == []
 
-    monkeypatch.setenv(fp.PAUSE_AFTER_COMMIT_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(pause_point.PAUSE_DIR_ENV, str(tmp_path))
     fp.after_commit("p", 1)  # not armed
     assert list(tmp_path.iterdir()) == []
 
 
-def test_an_armed_pause_point_fires_once_for_its_pipeline(tmp_path, monkeypatch):
-    import os
-
-    monkeypatch.setattr(fp, "PAUSE_S", 0.0)
-    monkeypatch.setenv(fp.PAUSE_AFTER_COMMIT_DIR_ENV, str(tmp_path))
+def test_an_armed_pause_fires_once_for_its_pipeline(tmp_path, monkeypatch, no_hooks):
+    monkeypatch.setattr(pause_point, "PAUSE_S", 0.0)
+    pause_point.install()
+    pause_point.install()  # once per process, however often start-up code runs
+    assert fp._AFTER_COMMIT == [pause_point.pause_after_commit]
+    monkeypatch.setenv(pause_point.PAUSE_DIR_ENV, str(tmp_path))
     (tmp_path / "p.arm").touch()
     fp.after_commit("other", 3)  # another pipeline's batch passes
     assert not (tmp_path / "other.paused").exists()
@@ -29,3 +55,20 @@ def test_an_armed_pause_point_fires_once_for_its_pipeline(tmp_path, monkeypatch)
     (tmp_path / "p.paused").unlink()
     fp.after_commit("p", 5)  # disarmed by the first
     assert not (tmp_path / "p.paused").exists()
+
+
+def test_the_suites_processes_load_the_pause_at_start_up(tmp_path):
+    """A process started as the suite starts Airflow (its PYTHONPATH) has the pause registered."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, pause_point.PAUSE_DIR_ENV: str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(pause_point.INJECT_DIR), str(repo)])}
+    code = "from airflow_kafka_backpressure import _fault_points as f; print([h.__name__ for h in f._AFTER_COMMIT])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['pause_after_commit']"
+    env.pop(pause_point.PAUSE_DIR_ENV)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
