@@ -401,16 +401,18 @@ class CostModel:
 
     def per_record_floor_s(self) -> float | None:
         """The per-record cost a batch far beyond the sizes measured is planned with, at least: the
-        last identified one; without one, the largest time per record measured (the fixed cost
-        counted as per-record work, the most any batch of the window allows). None: no batch.
+        last identified one, but never above the smallest time per record measured in the window
+        (the fixed cost counted as per-record work: the most the batches measured now allow); without
+        one, that bound itself. None: no batch.
 
         A fit on batches too small for the per-record cost to show (a trickle: the fixed cost is
         all of their time) can put it near zero, and then any size would seem to fit the interval;
         with this floor, growth beyond the sizes seen is still bounded by a predicted time."""
-        if self.per_record_prior_s is not None:
-            return self.per_record_prior_s
         ratios = [o.processing_s / o.work_units for o in self.observations if o.records > 0 and o.processing_ms > 0]
-        return min(ratios) if ratios else None
+        upper = min(ratios) if ratios else None  # what the batches measured now allow at most
+        if self.per_record_prior_s is None or upper is None:
+            return upper
+        return min(self.per_record_prior_s, upper)  # a prior above it is stale: capacity came back
 
     def observe(self, obs: CostObservation, window_batches: int = DEFAULT_WINDOW_BATCHES) -> str | None:
         """Add a finished batch; return a description of a level shift, if it was one.
@@ -434,7 +436,7 @@ class CostModel:
                     self.fixed_prior_s = fit.fixed_s
                 self.observations = [obs]
                 anchored = self.fit()
-                if anchored is not None:
+                if anchored is not None and anchored.method != "proportional":  # the fixed cost is known
                     self.per_record_prior_s = anchored.per_record_s
                 kept = "unknown" if self.fixed_prior_s is None else f"{self.fixed_prior_s:.1f} s kept"
                 self.last_event = (

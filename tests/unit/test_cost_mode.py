@@ -308,3 +308,20 @@ def test_the_cost_mode_derives_a_minimum_batch_from_the_fixed_cost():
     assert records_for_fixed_share(FIT, 0.5) == 30_000 and records_for_fixed_share(FIT, 0.5, 2) == 60_000
     assert FIT.fixed_share(30_000) == pytest.approx(0.5)
     assert records_for_fixed_share(FIT, 0.0) == 0 and records_for_fixed_share(None, 0.5) == 0
+
+
+def test_a_proportional_guess_re_anchored_on_a_shift_does_not_freeze_the_batch_size():
+    """Measured in test_controller_e2e (40 s interval, target = max = 0.6): a first batch slowed by a
+    cold start, the second 'capacity came back', re-anchored on the proportional guess (17 ms a
+    record, fixed cost included). That guess must not become the floor of later plans: with it the
+    batches stayed at 1,376 records (ratio 0.39) for 8 batches. The floor never exceeds the smallest
+    time per record the window measured."""
+    m = CostModel()
+    params = CostParams(target_ratio=0.6, max_ratio=0.6)
+    sizes = []
+    for i, (n, ms) in enumerate([(640, 28822), (532, 9274), (1376, 16029), (1376, 15888), (1376, 15379)]):
+        m.observe(CostObservation(i + 1, n, ms, 1))
+        sizes.append(plan_budget(m.fit(), params, PlanInputs(lag=100_000, batch_interval_s=40.0), m.correction, m.per_record_floor_s()).records)
+    assert m.per_record_prior_s is None  # the fixed cost was never known: nothing identified
+    assert m.per_record_floor_s() == pytest.approx(15.379 / 1376)
+    assert sizes[2:] == sorted(sizes[2:]) and sizes[-1] > 2_000  # they grow towards 24 s of work
