@@ -146,7 +146,8 @@ class S3Server:
             "s3.localSocket": str(self.work_dir / "s3.sock"),
             **{name: str(port) for name, port in self.ports.items()},
         }
-        return [weed_binary(), "server", "-s3", *(f"-{k}={v}" for k, v in flags.items())]
+        # -logtostderr: its log goes to seaweedfs.log only (by default glog also writes files into $TMPDIR)
+        return [weed_binary(), "-logtostderr=true", "server", "-s3", *(f"-{k}={v}" for k, v in flags.items())]
 
     def filesystem(self, **overrides: Any) -> Any:
         """A ``pyarrow.fs.S3FileSystem`` on this server (:meth:`pyarrow_options` plus ``overrides``)."""
