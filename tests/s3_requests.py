@@ -40,14 +40,17 @@ def signed_request(
     timeout_s: float = 30.0,
 ) -> S3Response:
     """``method`` on ``/bucket/key`` (path style) of ``endpoint`` (``http://host:port``), signed for
-    ``access_key``; ``headers`` are sent as given (unsigned, as S3 allows)."""
+    ``access_key``; of ``headers``, the ``x-amz-*`` ones are signed (SigV4 requires it), the others
+    are sent unsigned, as S3 allows."""
     url = urlparse(endpoint)
     host = url.netloc
     path = quote(f"/{bucket}/{key}" if key else f"/{bucket}", safe="/-_.~")
     now = dt.datetime.now(dt.timezone.utc)
     amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
     payload_hash = hashlib.sha256(body).hexdigest()
-    signed = {"host": host, "x-amz-content-sha256": payload_hash, "x-amz-date": amz_date}
+    extra = {k: v for k, v in (headers or {}).items() if not k.lower().startswith("x-amz-")}
+    signed = {k.lower(): v for k, v in (headers or {}).items() if k.lower().startswith("x-amz-")}
+    signed.update({"host": host, "x-amz-content-sha256": payload_hash, "x-amz-date": amz_date})
     names = ";".join(sorted(signed))
     canonical = "\n".join(
         [method, path, "", *(f"{k}:{signed[k]}" for k in sorted(signed)), "", names, payload_hash]
@@ -60,7 +63,7 @@ def signed_request(
         **signed,
         "Authorization": f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={names}, Signature={signature}",
         "Content-Length": str(len(body)),
-        **(headers or {}),
+        **extra,
     }
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout_s)
     try:

@@ -9,7 +9,8 @@ Facts recorded here for the sink's commit protocol on object stores:
   which does not exist) and changes nothing: today's commit (``_swap_in``) cannot publish a batch;
 * moving a *file* works, as a copy and a delete;
 * SeaweedFS honours ``If-None-Match: *`` and ``If-Match`` on ``PutObject``, atomically among
-  concurrent writers: a fence can be a conditional write.
+  concurrent writers (a fence can be a conditional write), ``If-None-Match: *`` on ``CopyObject``
+  and ``If-Match`` on ``DeleteObject``.
 """
 
 from __future__ import annotations
@@ -249,6 +250,23 @@ def test_conditional_puts_are_honoured_and_atomic_among_concurrent_writers(s3_se
     assert [s for s, _ in swaps].count(200) == 1 and [s for s, _ in swaps].count(412) == 7
     winner = next(i for s, i in swaps if s == 200)
     assert _request(s3_server, "GET", s3_bucket, "race/fence").body == f"swap-{winner}".encode()
+
+
+def test_conditional_copy_and_delete_are_honoured(s3_server, s3_bucket):
+    """A server-side copy that must not overwrite (``If-None-Match: *`` on CopyObject), and a
+    delete of one version only (``If-Match`` on DeleteObject)."""
+    src = _request(s3_server, "PUT", s3_bucket, "staging/part-0", b"new")
+    _request(s3_server, "PUT", s3_bucket, "final/part-0", b"old")
+    copy = {"x-amz-copy-source": f"/{s3_bucket}/staging/part-0", "If-None-Match": "*"}
+    assert _request(s3_server, "PUT", s3_bucket, "final/part-0", headers=copy).status == 412
+    assert _request(s3_server, "GET", s3_bucket, "final/part-0").body == b"old"
+    assert _request(s3_server, "PUT", s3_bucket, "final/part-1", headers=copy).status == 200
+    assert _request(s3_server, "GET", s3_bucket, "final/part-1").body == b"new"
+
+    assert _request(s3_server, "DELETE", s3_bucket, "staging/part-0", headers={"If-Match": '"0000"'}).status == 412
+    assert _request(s3_server, "GET", s3_bucket, "staging/part-0").status == 200
+    assert _request(s3_server, "DELETE", s3_bucket, "staging/part-0", headers={"If-Match": src.etag}).status == 204
+    assert _request(s3_server, "GET", s3_bucket, "staging/part-0").status == 404
 
 
 # --------------------------------------------------------------------------- Spark's s3a
