@@ -283,11 +283,7 @@ def spark_connect(spark_kafka_connector: str) -> Iterator[object]:
 
     from airflow_kafka_backpressure.local.spark_connect import SparkConnectServer
 
+    from tests.local_servers import served
+
     root = _TMP_ROOT / f"spark-connect-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    server = SparkConnectServer(root)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from served(SparkConnectServer(root), root)

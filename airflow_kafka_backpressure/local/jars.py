@@ -13,7 +13,10 @@ once and never see half a folder.
   that binding needs;
 * :func:`spark_kafka_jars` — ``org.apache.spark:spark-sql-kafka-0-10_2.13`` at the installed
   pyspark's version, minus the jars pyspark already ships (Scala, Hadoop client, slf4j, …): what
-  ``spark.jars`` needs for ``format("kafka")``.
+  ``spark.jars`` needs for ``format("kafka")``;
+* :func:`hadoop_aws_jars` — ``org.apache.hadoop:hadoop-aws`` at the Hadoop version pyspark ships
+  (its ``hadoop-client-api`` jar), with the AWS SDK v2 bundle it needs, minus what pyspark ships:
+  what ``spark.jars`` needs for ``s3a://`` paths.
 
 Maven (``mvn``) must be on PATH; Maven's own repository (``~/.m2``) caches the downloads too.
 """
@@ -29,6 +32,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 #: Apache Kafka release of the embedded broker (``KBP_KAFKA_VERSION`` overrides it).
 KAFKA_VERSION = "4.1.1"
@@ -159,18 +163,83 @@ def spark_kafka_coordinates(spark_version: str | None = None) -> str:
     return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{spark_version}"
 
 
-def spark_kafka_jars(spark_version: str | None = None) -> Path:
-    """Spark's Kafka connector and the dependencies pyspark does not ship."""
+def pyspark_jars_dir() -> Path:
+    """The installed pyspark's ``jars`` folder (Spark's classpath)."""
     from ..engines.environment import pyspark_home
 
+    return Path(pyspark_home()) / "jars"
+
+
+def pyspark_shipped() -> set[str]:
+    """Artifact names (:func:`artifact_name`) of the jars the installed pyspark ships."""
+    return {artifact_name(p.name) for p in pyspark_jars_dir().glob("*.jar")}
+
+
+def spark_kafka_jars(spark_version: str | None = None) -> Path:
+    """Spark's Kafka connector and the dependencies pyspark does not ship."""
     coordinates = spark_kafka_coordinates(spark_version)
-    shipped = {artifact_name(p.name) for p in (Path(pyspark_home()) / "jars").glob("*.jar")}
-    return bundle(f"spark-kafka-{coordinates.rsplit(':', 1)[1]}", [coordinates], provided=shipped)
+    return bundle(f"spark-kafka-{coordinates.rsplit(':', 1)[1]}", [coordinates], provided=pyspark_shipped())
 
 
 def spark_kafka_conf(spark_version: str | None = None) -> dict[str, str]:
     """Spark settings that put the connector's cached jars on a job's classpath (``spark.jars``)."""
     return {"spark.jars": ",".join(jar_paths(spark_kafka_jars(spark_version)))}
+
+
+def pyspark_hadoop_version() -> str:
+    """The Hadoop version the installed pyspark ships: ``3.5.0`` for ``hadoop-client-api-3.5.0.jar``
+    in its ``jars`` folder (hadoop-aws must match it exactly)."""
+    jars = pyspark_jars_dir()
+    found = sorted(p.name for p in jars.glob("hadoop-client-api-*.jar"))
+    if not found:
+        raise JarsError(f"no hadoop-client-api jar in {jars}: cannot tell which hadoop-aws matches this pyspark")
+    return found[-1][len("hadoop-client-api-") : -len(".jar")]
+
+
+def hadoop_aws_coordinates(hadoop_version: str | None = None) -> str:
+    """``org.apache.hadoop:hadoop-aws:<version>`` at pyspark's Hadoop version: what a cluster's
+    ``spark.jars.packages`` names for ``s3a://``."""
+    return f"org.apache.hadoop:hadoop-aws:{hadoop_version or pyspark_hadoop_version()}"
+
+
+def hadoop_aws_jars(hadoop_version: str | None = None) -> Path:
+    """Hadoop's S3A filesystem (``hadoop-aws``) and what it needs that pyspark does not ship: for
+    Hadoop 3.5.0, the AWS SDK v2 ``bundle`` 2.35.4 (~650 MB: every AWS service client, shaded), the
+    S3 analytics accelerator and wildfly-openssl."""
+    coordinates = hadoop_aws_coordinates(hadoop_version)
+    return bundle(f"hadoop-aws-{coordinates.rsplit(':', 1)[1]}", [coordinates], provided=pyspark_shipped())
+
+
+def spark_s3a_conf(server: Any, *, jars: str | None = "spark.jars") -> dict[str, str]:
+    """Spark settings for ``s3a://`` paths on an S3-compatible ``server`` (an object with
+    ``endpoint``, ``access_key``, ``secret_key`` and ``region``, like
+    :class:`~airflow_kafka_backpressure.local.s3.S3Server`), as a user would configure them:
+    Hadoop's S3A filesystem, the endpoint over plain HTTP with path-style URLs (no bucket host
+    names), static credentials (no environment or instance-metadata lookups).
+
+    ``jars`` puts :func:`hadoop_aws_jars` on the classpath: ``"spark.jars"`` (portable to any
+    cluster, but every application copies them — the AWS SDK bundle is ~650 MB — into its scratch
+    directory, local mode included), ``"extraClassPath"`` (the driver's and executors' JVM class
+    path: nothing copied, but the paths must exist on every host), or None (already there).
+    """
+    conf = {
+        "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.s3a.endpoint": server.endpoint,
+        "spark.hadoop.fs.s3a.endpoint.region": server.region,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+        "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        "spark.hadoop.fs.s3a.access.key": server.access_key,
+        "spark.hadoop.fs.s3a.secret.key": server.secret_key,
+    }
+    paths = jar_paths(hadoop_aws_jars()) if jars else []
+    if jars == "spark.jars":
+        conf["spark.jars"] = ",".join(paths)
+    elif jars == "extraClassPath":
+        conf["spark.driver.extraClassPath"] = conf["spark.executor.extraClassPath"] = os.pathsep.join(paths)
+    elif jars is not None:
+        raise ValueError(f"jars must be 'spark.jars', 'extraClassPath' or None, got {jars!r}")
+    return conf
 
 
 def write_spark_defaults(conf_dir: str | os.PathLike[str], conf: dict[str, str]) -> Path:
