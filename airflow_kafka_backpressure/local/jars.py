@@ -16,7 +16,11 @@ once and never see half a folder.
   ``spark.jars`` needs for ``format("kafka")``;
 * :func:`hadoop_aws_jars` — ``org.apache.hadoop:hadoop-aws`` at the Hadoop version pyspark ships
   (its ``hadoop-client-api`` jar), with the AWS SDK v2 bundle it needs, minus what pyspark ships:
-  what ``spark.jars`` needs for ``s3a://`` paths.
+  what ``spark.jars`` needs for ``s3a://`` paths;
+* :func:`delta_jars` — ``io.delta:delta-spark_2.13`` (Delta Lake, built against the installed
+  pyspark's Spark) with ``delta-storage`` and what else it needs that pyspark does not ship: what
+  ``spark.jars`` needs for ``format("delta")``; :func:`spark_delta_conf` adds Delta's SQL extension
+  and catalog.
 
 Maven (``mvn``) must be on PATH; Maven's own repository (``~/.m2``) caches the downloads too.
 """
@@ -30,7 +34,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,10 @@ KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.25.2"
 SLF4J_VERSION = "2.0.17"
 SCALA_BINARY = "2.13"
+#: Delta Lake release of the Delta sink (``KBP_DELTA_VERSION`` overrides it): 4.4.0 is built against
+#: Spark 4.2.0 (its POM's spark-sql), the pyspark this project pins; 4.0.x is for Spark 4.0 and
+#: 4.1-4.3 for Spark 4.1. PyPI's delta-spark 4.4.1 has no jar on Maven Central.
+DELTA_VERSION = "4.4.0"
 FETCH_TIMEOUT_S = 900
 
 _JAR_VERSION = re.compile(r"-\d[\w.\-]*\.jar$")
@@ -210,6 +218,20 @@ def hadoop_aws_jars(hadoop_version: str | None = None) -> Path:
     return bundle(f"hadoop-aws-{coordinates.rsplit(':', 1)[1]}", [coordinates], provided=pyspark_shipped())
 
 
+def jars_conf(folder: Callable[[], Path], jars: str | None) -> dict[str, str]:
+    """The settings that put the jars of a bundle (``folder()``, fetched only when needed) on a
+    Spark application's class path: ``"spark.jars"``, ``"extraClassPath"`` (driver and executors)
+    or None (nothing: already there)."""
+    if jars is None:
+        return {}
+    if jars not in ("spark.jars", "extraClassPath"):
+        raise ValueError(f"jars must be 'spark.jars', 'extraClassPath' or None, got {jars!r}")
+    paths = jar_paths(folder())
+    if jars == "spark.jars":
+        return {"spark.jars": ",".join(paths)}
+    return {"spark.driver.extraClassPath": os.pathsep.join(paths), "spark.executor.extraClassPath": os.pathsep.join(paths)}
+
+
 def spark_s3a_conf(server: Any, *, jars: str | None = "spark.jars") -> dict[str, str]:
     """Spark settings for ``s3a://`` paths on an S3-compatible ``server`` (an object with
     ``endpoint``, ``access_key``, ``secret_key`` and ``region``, like
@@ -232,14 +254,34 @@ def spark_s3a_conf(server: Any, *, jars: str | None = "spark.jars") -> dict[str,
         "spark.hadoop.fs.s3a.access.key": server.access_key,
         "spark.hadoop.fs.s3a.secret.key": server.secret_key,
     }
-    paths = jar_paths(hadoop_aws_jars()) if jars else []
-    if jars == "spark.jars":
-        conf["spark.jars"] = ",".join(paths)
-    elif jars == "extraClassPath":
-        conf["spark.driver.extraClassPath"] = conf["spark.executor.extraClassPath"] = os.pathsep.join(paths)
-    elif jars is not None:
-        raise ValueError(f"jars must be 'spark.jars', 'extraClassPath' or None, got {jars!r}")
-    return conf
+    return {**conf, **jars_conf(hadoop_aws_jars, jars)}
+
+
+def delta_version() -> str:
+    return os.environ.get("KBP_DELTA_VERSION") or DELTA_VERSION
+
+
+def delta_coordinates(version: str | None = None) -> str:
+    """``io.delta:delta-spark_2.13:<version>``: what a cluster's ``spark.jars.packages`` names."""
+    return f"io.delta:delta-spark_{SCALA_BINARY}:{version or delta_version()}"
+
+
+def delta_jars(version: str | None = None) -> Path:
+    """Delta Lake for Spark (``delta-spark``) with ``delta-storage`` (its LogStores) and the rest of
+    its runtime classpath that pyspark does not ship."""
+    coordinates = delta_coordinates(version)
+    return bundle(f"delta-{coordinates.rsplit(':', 1)[1]}", [coordinates], provided=pyspark_shipped())
+
+
+def spark_delta_conf(version: str | None = None, *, jars: str | None = "spark.jars") -> dict[str, str]:
+    """Spark settings for Delta tables: Delta's SQL extension (``DESCRIBE HISTORY``, ``DELETE``, …)
+    and its catalog, with :func:`delta_jars` via ``spark.jars``, ``extraClassPath`` or not at all
+    (``jars=None``: already on the classpath), as in :func:`spark_s3a_conf`."""
+    conf = {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
+    return {**conf, **jars_conf(lambda: delta_jars(version), jars)}
 
 
 def write_spark_defaults(conf_dir: str | os.PathLike[str], conf: dict[str, str]) -> Path:
