@@ -217,6 +217,22 @@ def test_a_commit_of_another_row_count_than_was_read_fails(delta_spark, tmp_path
         )
 
 
+def test_delta_commits_through_an_atomic_create_on_local_paths_and_a_single_driver_store_on_s3a(delta_spark, tmp_path):
+    """The LogStore Delta picks by the path's scheme (what the README's guarantees per store rest
+    on): HDFSLogStore (create-if-absent by rename) for file: and hdfs:, S3SingleDriverLogStore
+    (mutual exclusion only within one driver's memory) for s3a: and s3:."""
+    jvm = delta_spark._jvm
+    store = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(delta_spark._jsparkSession, str(tmp_path / "t")).store()
+
+    def impl(uri: str) -> str:
+        return store.getDelegate(jvm.org.apache.hadoop.fs.Path(uri)).logStoreImpl().getClass().getSimpleName()
+
+    assert {uri: impl(uri) for uri in (f"file:{tmp_path}/t", "hdfs://nn/t", "s3a://b/t", "s3://b/t")} == {
+        f"file:{tmp_path}/t": "HDFSLogStore", "hdfs://nn/t": "HDFSLogStore",
+        "s3a://b/t": "S3SingleDriverLogStore", "s3://b/t": "S3SingleDriverLogStore",
+    }
+
+
 def test_the_same_protocol_on_s3a(delta_spark, s3_server, s3_bucket):
     """Every property above, on the real S3 server through ``s3a://``; pyarrow's S3 filesystem sees
     the Delta log Spark wrote."""
