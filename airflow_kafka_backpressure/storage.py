@@ -138,7 +138,9 @@ class Location:
 
     def move_to(self, target: Location) -> None:
         """Rename to ``target`` (which must not exist). Atomic for directories on local disks and
-        HDFS; on object stores pyarrow copies."""
+        HDFS. On S3 pyarrow moves a file as a copy and a delete, and cannot move a directory (it
+        sends one ``CopyObject`` of the directory's own key: ``NO_SUCH_KEY``, nothing changed —
+        ``tests/integration/test_s3_server.py``)."""
         try:
             self.fs.move(self.path, target.path)
         except OSError as e:

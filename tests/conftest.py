@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.local_servers import served
+
 pytest_plugins = ["tests.fixtures_spark", "tests.fixtures_postgres"]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,23 +71,42 @@ def spark_kafka_connector() -> str:
     return str(conf_dir)
 
 
+def _name_of_test(request: pytest.FixtureRequest, limit: int) -> str:
+    """The test's name in letters, digits and hyphens, cut to ``limit``, with a random suffix."""
+    base = "".join(c if c.isascii() and c.isalnum() else "-" for c in request.node.name)[:limit].strip("-")
+    return f"{base}-{secrets.token_hex(3)}"
+
+
 @pytest.fixture(scope="session")
 def kafka_broker(spark_kafka_connector):
     """Apache Kafka (KRaft, one node) on 127.0.0.1 and free ports, for the whole session."""
     from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
 
     work = TMP_ROOT / f"kafka-{os.getpid()}"
-    broker = KafkaBroker(work)
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
-        shutil.rmtree(work, ignore_errors=True)
+    yield from served(KafkaBroker(work), work)
 
 
 @pytest.fixture
 def topic_name(request: pytest.FixtureRequest) -> str:
     """A topic name unique to the test (the session broker is shared)."""
-    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60]
-    return f"{base}-{secrets.token_hex(3)}"
+    return _name_of_test(request, 60)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """SeaweedFS's S3 gateway (:class:`~airflow_kafka_backpressure.local.s3.S3Server`) on 127.0.0.1
+    and free ports, with its data under ``.tmp/``, for the whole session; tests take a bucket each
+    (``s3_bucket``)."""
+    from airflow_kafka_backpressure.local.s3 import S3Server
+
+    work = TMP_ROOT / f"s3-{os.getpid()}"
+    yield from served(S3Server(work), work)
+
+
+@pytest.fixture
+def s3_bucket(s3_server, request: pytest.FixtureRequest) -> str:
+    """A new bucket of the session's S3 server, named after the test (S3's rules: 3-63 characters
+    of lower-case letters, digits and hyphens); returns its name."""
+    name = _name_of_test(request, 48).lower()
+    s3_server.create_bucket(name)
+    return name

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -35,16 +36,23 @@ def spark_work_dir() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def spark(spark_work_dir: Path, spark_kafka_connector: str) -> Iterator[object]:
+    with local_session(spark_work_dir, "kbp-tests", {"spark.sql.shuffle.partitions": "2"}) as session:
+        yield session
+
+
+@contextmanager
+def local_session(work_dir: Path, app_name: str, conf: dict[str, str]) -> Iterator[object]:
+    """A local[2] SparkSession configured like production plus ``conf``, in a JVM of its own: the
+    JVM ends (and the environment is restored) on exit, so the next session starts a fresh one."""
     from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
 
     # The py4j gateway starts the JVM through spark-submit with this process's environment.
     saved = dict(os.environ)
-    os.environ.update(spark_submit_env(spark_work_dir))
+    os.environ.update(spark_submit_env(work_dir))
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(SPARK_MASTER).appName("kbp-tests")
-    conf = spark_conf_defaults(spark_work_dir, {"spark.sql.shuffle.partitions": "2"})
-    for key, value in conf.items():
+    builder = SparkSession.builder.master(SPARK_MASTER).appName(app_name)
+    for key, value in spark_conf_defaults(work_dir, conf).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     try:
@@ -283,11 +291,7 @@ def spark_connect(spark_kafka_connector: str) -> Iterator[object]:
 
     from airflow_kafka_backpressure.local.spark_connect import SparkConnectServer
 
+    from tests.local_servers import served
+
     root = _TMP_ROOT / f"spark-connect-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    server = SparkConnectServer(root)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from served(SparkConnectServer(root), root)

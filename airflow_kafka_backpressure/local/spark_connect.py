@@ -12,12 +12,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from ..engines.environment import spark_conf_defaults, spark_submit_env
-from .broker import free_port, port_open, stop_session
+from .broker import await_start, free_port, port_open, stop_session
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: An operation whose client went away (a killed task) is interrupted after this long.
@@ -98,19 +97,12 @@ class SparkConnectServer:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                code = self.process.returncode
-                self.process = None
-                raise SparkConnectError(
-                    f"the Spark Connect server exited with code {code} while starting; see {self.log_path}"
-                )
-            if port_open(self.host, self.port):
-                return self
-            time.sleep(0.2)
-        self.stop()
-        raise SparkConnectError(f"the Spark Connect server did not open {self.url} within {timeout_s:g}s; see {self.log_path}")
+        await_start(
+            self, lambda: port_open(self.host, self.port), timeout_s, SparkConnectError,
+            f"the Spark Connect server exited with code {{code}} while starting; see {self.log_path}",
+            f"the Spark Connect server did not open {self.url} within {timeout_s:g}s; see {self.log_path}",
+        )
+        return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM the server's process group (the JVM and its Python workers), then SIGKILL."""

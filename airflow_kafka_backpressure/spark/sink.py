@@ -55,9 +55,9 @@ What the commit does, and what a crash after each step leaves:
    * fallback (object stores, HDFS, filesystems without renameat2): rename the committed version
      to ``_kbp_replaced_<N>_<token>``, then staging to ``batch_id=<N>`` — between the two renames
      the batch is briefly absent (never duplicated); a crash there fails the job, and its retry
-     rewrites the batch. On object stores a directory "rename" is a copy, so a crash can also leave
-     a partial ``batch_id=<N>``: the manifest lists every file with its size (a strict reader can
-     verify a batch; the retried write replaces it);
+     rewrites the batch. On S3 this step fails today: pyarrow cannot rename a directory there
+     (``NO_SUCH_KEY`` on a ``CopyObject`` of the directory key), so the commit raises and leaves the
+     staging directory (``tests/integration/test_s3_server.py``; issue 22);
 6. delete the replaced version and this batch's other leftovers.
 
 Re-running a batch therefore always converges to exactly one copy of its records. An empty batch is

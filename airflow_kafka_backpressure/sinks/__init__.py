@@ -1,0 +1,35 @@
+"""Sink formats: how a batch's rows become visible in the sink, once.
+
+One small interface (:class:`~.base.SinkFormat`) and one registry (:data:`SINK_FORMATS`,
+:func:`sink_format_for`). A format writes a batch's DataFrame as one commit that retries, replays and
+cleared runs cannot duplicate or skip, says whether a batch is committed, and reads back what a
+batch committed (its batch id, attempt, ranges and record count) for adoption and the ledger.
+
+Preview: only ``delta`` is here. The pipeline's default path (``spark/job.py``, the operators,
+adoption and the sink Asset) still writes the Parquet directory of ``spark/sink.py``; moving it
+behind this interface is a later step.
+"""
+
+from __future__ import annotations
+
+from .base import BatchCommit, SinkFenced, SinkFormat, SinkFormatError, UnknownSinkFormat
+from .delta import DeltaSink
+
+#: Every sink format by name; validation, dispatch and the docs read this one mapping.
+SINK_FORMATS: dict[str, type[SinkFormat]] = {DeltaSink.name: DeltaSink}
+
+
+def sink_format_for(name: str) -> SinkFormat:
+    """The sink format called ``name`` (one of :data:`SINK_FORMATS`)."""
+    try:
+        return SINK_FORMATS[name]()
+    except KeyError:
+        raise UnknownSinkFormat(
+            f"unknown sink format {name!r}: choose one of {', '.join(sorted(SINK_FORMATS))}"
+        ) from None
+
+
+__all__ = [
+    "SINK_FORMATS", "BatchCommit", "DeltaSink", "SinkFenced", "SinkFormat", "SinkFormatError",
+    "UnknownSinkFormat", "sink_format_for",
+]

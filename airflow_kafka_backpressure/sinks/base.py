@@ -1,0 +1,79 @@
+"""The :class:`SinkFormat` interface and what it returns."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..models import OffsetRange
+
+
+class SinkFormatError(RuntimeError):
+    """A batch could not be committed, or what the sink holds is not what was asked for."""
+
+
+class SinkFenced(SinkFormatError):
+    """A newer attempt of the batch has committed: this (older) attempt's write was refused."""
+
+
+class UnknownSinkFormat(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class BatchCommit:
+    """What one batch committed, as the sink records it: the pipeline, batch id, the ledger's
+    attempt number that wrote it, the offset ranges it holds and its row count. ``version``: the
+    sink's own version of the commit (a Delta table version), when it has one."""
+
+    pipeline: str
+    batch_id: int
+    attempt: int
+    ranges: tuple[OffsetRange, ...]
+    record_count: int
+    version: int | None = None
+
+
+class SinkFormat(abc.ABC):
+    """How a batch lands in a sink. ``sink`` is the sink's location (a path or URI Spark's writer
+    takes: a local path, ``s3a://bucket/prefix``, …); ``spark`` a SparkSession that can write it.
+
+    The contract, for every format:
+
+    * :meth:`write_batch` commits the batch's rows as ONE commit, idempotent by (pipeline, batch
+      id, attempt): a retry of a committed attempt changes nothing; a newer attempt replaces the
+      batch's rows (never appends beside them); an older attempt after a newer one is refused with
+      :class:`SinkFenced`; a replay of an old batch after newer ones lands.
+    * :meth:`committed` reads back what the batch committed (None if nothing).
+    """
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def write_batch(
+        self,
+        spark: Any,
+        df: Any,
+        sink: str,
+        *,
+        pipeline: str,
+        batch_id: int,
+        attempt: int,
+        ranges: Sequence[OffsetRange],
+        expected_records: int | None = None,
+    ) -> BatchCommit:
+        """Commit ``df`` as batch ``batch_id`` of ``pipeline`` by the ledger's attempt ``attempt``
+        (>= 1, growing with every new attempt of the batch). ``expected_records``: the rows the batch
+        must publish (what was read, or what the transform returned); a commit of another count
+        raises :class:`SinkFormatError`. Returns what the sink now holds for the batch."""
+
+    @abc.abstractmethod
+    def committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int) -> BatchCommit | None:
+        """What batch ``batch_id`` of ``pipeline`` last committed in ``sink``, or None."""
+
+    def is_committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int, attempt: int | None = None) -> bool:
+        """Whether the batch is committed (by ``attempt``, if given)."""
+        commit = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
+        return commit is not None and (attempt is None or commit.attempt == attempt)

@@ -1,0 +1,175 @@
+"""Delta Lake sink: each batch is one Delta transaction, idempotent by (pipeline, batch id, attempt).
+
+How a batch is written (:meth:`DeltaSink.write_batch`), as one ``df.write.format("delta")``:
+
+* the rows get two columns, ``kbp_pipeline`` and ``kbp_batch_id``;
+* mode ``overwrite`` with ``replaceWhere = kbp_pipeline = <p> AND kbp_batch_id = <N>``: the
+  transaction removes whatever rows the batch had and adds the new ones, atomically, and touches no
+  other batch or pipeline (Delta checks every written row matches the predicate). A rewrite
+  replaces the batch; it never appends beside it;
+* Delta's idempotent-write options ``txnAppId = kbp:<pipeline>:batch:<N>`` (one application id per
+  batch) and ``txnVersion = <attempt>`` (the ledger's attempt number). Delta skips a write whose
+  txnVersion is <= the last one committed for that app id, checked inside the transaction. With one
+  app id per batch: a retry of the same attempt is skipped (no duplicate), a newer attempt lands, an
+  older (zombie) attempt is skipped — fencing for free — and a replay of batch 5 after batches 6
+  and 7 lands, since batch 5's app id knows nothing of 6 and 7. (A single app id for the whole
+  pipeline with txnVersion = batch id would silently drop that replay.);
+* ``userMetadata`` = the batch's JSON (pipeline, batch id, attempt, ranges, expected records),
+  stored in the commit's ``commitInfo``: :meth:`DeltaSink.committed` reads it back from the
+  table's history (``DESCRIBE HISTORY``) with Delta's own row count of the commit
+  (``operationMetrics.numOutputRows``).
+
+Delta's skip is silent, so after the write the sink reads the batch's newest commit back: written by
+this attempt (now or by an earlier try of it) is success; by a newer attempt raises
+:class:`~.base.SinkFenced`; a row count other than ``expected_records`` raises
+:class:`~.base.SinkFormatError` (the commit stays until a newer attempt replaces it).
+
+Needs the Delta jars and SQL extension on the session (``local.jars.spark_delta_conf``); works on
+any path Spark's writer takes: a local path, ``s3a://`` with hadoop-aws. Concurrent writers: on a
+local or HDFS path Delta's commit (an atomic create of ``_delta_log/<v>.json``) is safe among any
+number of writers; on S3 the default LogStore (``S3SingleDriverLogStore``) is safe for one driver
+at a time only: two drivers committing the same table version at once can overwrite each other's
+log entry (see the README).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from ..models import OffsetRange
+from .base import BatchCommit, SinkFenced, SinkFormat, SinkFormatError
+
+log = logging.getLogger(__name__)
+
+PIPELINE_COLUMN = "kbp_pipeline"
+BATCH_COLUMN = "kbp_batch_id"
+
+
+def app_id(pipeline: str, batch_id: int) -> str:
+    """Delta's ``txnAppId`` of one batch: its own transaction id space, so its attempts are ordered
+    among themselves only."""
+    return f"kbp:{pipeline}:batch:{batch_id}"
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def batch_predicate(pipeline: str, batch_id: int) -> str:
+    """The ``replaceWhere`` predicate that selects exactly the batch's rows."""
+    return f"{PIPELINE_COLUMN} = {_sql_string(pipeline)} AND {BATCH_COLUMN} = {int(batch_id)}"
+
+
+def _table_ref(sink: str) -> str:
+    return "delta.`" + sink.replace("`", "``") + "`"
+
+
+def _is_missing_table(error: Exception) -> bool:
+    text = str(error)
+    return any(
+        marker in text
+        for marker in ("DELTA_MISSING_DELTA_TABLE", "is not a Delta table", "PATH_NOT_FOUND", "DELTA_TABLE_NOT_FOUND")
+    )
+
+
+class DeltaSink(SinkFormat):
+    name: ClassVar[str] = "delta"
+
+    def write_batch(
+        self,
+        spark: Any,
+        df: Any,
+        sink: str,
+        *,
+        pipeline: str,
+        batch_id: int,
+        attempt: int,
+        ranges: Sequence[OffsetRange],
+        expected_records: int | None = None,
+    ) -> BatchCommit:
+        from pyspark.sql import functions as F
+
+        if not pipeline:
+            raise ValueError("pipeline must be a non-empty string")
+        if batch_id < 0:
+            raise ValueError(f"batch {batch_id}: batch_id must be >= 0")
+        if attempt < 1:
+            raise ValueError(f"batch {batch_id}: attempt must be >= 1 (the ledger's attempt number), got {attempt}")
+        for column in (PIPELINE_COLUMN, BATCH_COLUMN):
+            if column in df.columns:
+                raise SinkFormatError(f"batch {batch_id}: the batch's rows already have a column {column!r}, which the Delta sink adds")
+        metadata = {
+            "kbp": 1,
+            "pipeline": pipeline,
+            "batch_id": int(batch_id),
+            "attempt": int(attempt),
+            "ranges": [r.to_dict() for r in sorted(ranges)],
+            "expected_records": expected_records,
+        }
+        rows = df.withColumn(PIPELINE_COLUMN, F.lit(pipeline)).withColumn(BATCH_COLUMN, F.lit(int(batch_id)).cast("long"))
+        (
+            rows.write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", batch_predicate(pipeline, batch_id))
+            .option("txnAppId", app_id(pipeline, batch_id))
+            .option("txnVersion", str(int(attempt)))
+            .option("userMetadata", json.dumps(metadata, sort_keys=True))
+            .save(sink)
+        )
+        commit = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
+        where = f"Delta table {sink}, batch {batch_id} of pipeline {pipeline!r}"
+        if commit is None:
+            raise SinkFormatError(f"{where}: attempt {attempt} wrote, but the table's history has no commit of the batch")
+        if commit.attempt > attempt:
+            raise SinkFenced(
+                f"{where}: attempt {attempt} was refused, attempt {commit.attempt} has committed the batch "
+                f"(table version {commit.version}); this attempt is stale and must not be recorded"
+            )
+        if commit.attempt < attempt:
+            raise SinkFormatError(
+                f"{where}: attempt {attempt} did not land, the newest commit of the batch is attempt {commit.attempt}'s "
+                f"(table version {commit.version}); Delta skipped the write as already done: check the table's "
+                f"transactions for app id {app_id(pipeline, batch_id)!r}"
+            )
+        if expected_records is not None and commit.record_count != expected_records:
+            raise SinkFormatError(
+                f"{where}: attempt {attempt} committed {commit.record_count} rows (table version {commit.version}) "
+                f"but the batch read {expected_records}; not recording it as done: a replay's newer attempt replaces it"
+            )
+        log.info("%s: attempt %s committed %s rows as table version %s", where, attempt, commit.record_count, commit.version)
+        return commit
+
+    def committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int) -> BatchCommit | None:
+        from pyspark.sql import functions as F
+
+        try:
+            history = spark.sql(f"DESCRIBE HISTORY {_table_ref(sink)}")
+            meta = F.col("userMetadata")
+            rows = (
+                history.where(meta.isNotNull())
+                .where(F.get_json_object(meta, "$.pipeline") == F.lit(pipeline))
+                .where(F.get_json_object(meta, "$.batch_id") == F.lit(str(int(batch_id))))
+                .select("version", "userMetadata", F.col("operationMetrics").getItem("numOutputRows").alias("rows"))
+                .orderBy(F.col("version").desc())
+                .limit(1)
+                .collect()
+            )
+        except Exception as e:  # pyspark's AnalysisException differs between classic and Connect
+            if _is_missing_table(e):
+                return None
+            raise
+        if not rows:
+            return None
+        row = rows[0]
+        d = json.loads(row["userMetadata"])
+        return BatchCommit(
+            pipeline=str(d["pipeline"]),
+            batch_id=int(d["batch_id"]),
+            attempt=int(d["attempt"]),
+            ranges=tuple(OffsetRange.from_dict(r) for r in d["ranges"]),
+            record_count=int(row["rows"] or 0),
+            version=int(row["version"]),
+        )

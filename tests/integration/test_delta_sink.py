@@ -1,0 +1,257 @@
+"""The Delta Lake sink (``sinks/delta.py``) against a real SparkSession (local[2], Delta 4.4 jars)
+on a local path and on the real S3 server through ``s3a://``.
+
+One SparkSession for the module with the Delta jars and SQL extension and hadoop-aws on its class
+path (``extraClassPath``: nothing copied): Delta's jars must be on the JVM's class path when it
+starts, so this module starts its own JVM and ends it afterwards (the session-wide ``spark`` fixture
+then starts a fresh one). It refuses to run beside another SparkContext in the process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from pyarrow.fs import FileSelector
+
+from airflow_kafka_backpressure.local.jars import jar_paths
+from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.sinks import (
+    SINK_FORMATS,
+    BatchCommit,
+    DeltaSink,
+    SinkFenced,
+    SinkFormatError,
+    UnknownSinkFormat,
+    sink_format_for,
+)
+from airflow_kafka_backpressure.sinks.delta import BATCH_COLUMN, PIPELINE_COLUMN
+
+PIPELINE = "orders"
+
+
+@pytest.fixture(scope="module")
+def delta_spark(spark_work_dir: Path, s3_server):
+    from pyspark import SparkContext
+
+    from airflow_kafka_backpressure.local.jars import spark_delta_conf, spark_s3a_conf
+    from tests.fixtures_spark import local_session
+
+    if SparkContext._active_spark_context is not None:
+        pytest.fail(
+            "another SparkContext is running in this test process: the Delta tests need a JVM started "
+            "with Delta's jars and SQL extension; run tests/integration/test_delta_sink.py before modules "
+            "that use the session-wide 'spark' fixture (the default order does)"
+        )
+    delta = spark_delta_conf(jars="extraClassPath")
+    s3a = spark_s3a_conf(s3_server, jars="extraClassPath")
+    class_path = os.pathsep.join([delta.pop("spark.driver.extraClassPath"), s3a.pop("spark.driver.extraClassPath")])
+    del delta["spark.executor.extraClassPath"], s3a["spark.executor.extraClassPath"]
+    conf = {
+        **delta,
+        **s3a,
+        "spark.driver.extraClassPath": class_path,
+        "spark.executor.extraClassPath": class_path,
+        "spark.sql.shuffle.partitions": "2",
+        # small tables: one partition for Delta's snapshot state, not 50
+        "spark.databricks.delta.snapshotPartitions": "1",
+        # a short-lived JVM: the C1 compiler only (warms up in a fraction of the time)
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    }
+    with local_session(spark_work_dir, "kbp-delta-tests", conf) as session:
+        yield session
+
+
+def ranges(batch_id: int, n: int) -> tuple[OffsetRange, ...]:
+    """Ranges of batch ``batch_id`` (two partitions, ``n`` records in all): the plan a batch has."""
+    start = batch_id * 1000
+    half = n // 2
+    return (OffsetRange("orders", 0, start, start + half), OffsetRange("orders", 1, start, start + n - half))
+
+
+def rows(spark, batch_id: int, n: int, attempt: int):
+    """``n`` rows of batch ``batch_id``, each marked with the attempt that produced it."""
+    return spark.range(n).selectExpr("id AS offset", f"{attempt} AS written_by", f"'b{batch_id}' AS value")
+
+
+def write(spark, table: str, batch_id: int, attempt: int, n: int, pipeline: str = PIPELINE) -> BatchCommit:
+    return DeltaSink().write_batch(
+        spark, rows(spark, batch_id, n, attempt), table,
+        pipeline=pipeline, batch_id=batch_id, attempt=attempt, ranges=ranges(batch_id, n), expected_records=n,
+    )
+
+
+def contents(spark, table: str) -> dict[tuple[str, int], tuple[int, set[int]]]:
+    """(pipeline, batch id) -> (row count, attempts that wrote the rows), as a reader of the table
+    sees it."""
+    from pyspark.sql import functions as F
+
+    got = (
+        spark.read.format("delta").load(table)
+        .groupBy(PIPELINE_COLUMN, BATCH_COLUMN)
+        .agg(F.count("*"), F.collect_set("written_by"))
+        .collect()
+    )
+    return {(r[0], r[1]): (r[2], set(r[3])) for r in got}
+
+
+def table_version(spark, table: str) -> int:
+    return spark.sql(f"DESCRIBE HISTORY delta.`{table}` LIMIT 1").collect()[0]["version"]
+
+
+def batch_commits(spark, table: str, batch_id: int) -> list[dict]:
+    """The userMetadata of every commit of the table that names ``batch_id``, oldest first."""
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
+    metas = [json.loads(r["userMetadata"]) for r in history if r["userMetadata"]]
+    return [m for m in metas if m["batch_id"] == batch_id]
+
+
+def test_the_delta_jars_are_delta_spark_and_delta_storage_without_what_pyspark_ships():
+    from airflow_kafka_backpressure.local.jars import artifact_name, delta_jars, delta_version, pyspark_shipped
+
+    names = {Path(p).name for p in jar_paths(delta_jars())}
+    assert {f"delta-spark_2.13-{delta_version()}.jar", f"delta-storage-{delta_version()}.jar"} <= names
+    assert not {artifact_name(n) for n in names} & pyspark_shipped()
+
+
+def test_the_registry_names_delta():
+    assert SINK_FORMATS == {"delta": DeltaSink}
+    assert isinstance(sink_format_for("delta"), DeltaSink)
+    with pytest.raises(UnknownSinkFormat, match="unknown sink format 'iceberg': choose one of delta"):
+        sink_format_for("iceberg")
+
+
+def test_a_batch_lands_once_and_a_retry_of_the_same_attempt_adds_nothing(delta_spark, tmp_path):
+    table = str(tmp_path / "t")
+    first = write(delta_spark, table, 1, attempt=1, n=10)
+    assert (first.batch_id, first.attempt, first.record_count, first.ranges) == (1, 1, 10, ranges(1, 10))
+    version = table_version(delta_spark, table)
+
+    # the worker died after the commit and Airflow retried the task with the same ledger attempt
+    again = write(delta_spark, table, 1, attempt=1, n=10)
+
+    assert again == first
+    assert table_version(delta_spark, table) == version  # Delta skipped it: no new commit at all
+    assert contents(delta_spark, table) == {(PIPELINE, 1): (10, {1})}
+    assert len(batch_commits(delta_spark, table, 1)) == 1
+
+
+def test_a_replay_of_batch_5_after_batches_6_and_7_lands(delta_spark, tmp_path):
+    table = str(tmp_path / "t")
+    write(delta_spark, table, 6, attempt=1, n=4)
+    write(delta_spark, table, 7, attempt=1, n=3)
+
+    replay = write(delta_spark, table, 5, attempt=1, n=5)
+
+    assert (replay.batch_id, replay.record_count) == (5, 5)
+    assert contents(delta_spark, table) == {(PIPELINE, 5): (5, {1}), (PIPELINE, 6): (4, {1}), (PIPELINE, 7): (3, {1})}
+
+
+def test_one_app_id_per_pipeline_would_drop_that_replay(delta_spark, tmp_path):
+    """Why the sink uses one txnAppId per batch: with one per pipeline and txnVersion = batch id,
+    Delta skips batch 5 after batch 7 without a word."""
+    table = str(tmp_path / "t")
+    for batch_id in (6, 7, 5):
+        (
+            rows(delta_spark, batch_id, 2, 1).write.format("delta").mode("append")
+            .option("txnAppId", "kbp:orders").option("txnVersion", str(batch_id)).save(table)
+        )
+    got = {r[0] for r in delta_spark.read.format("delta").load(table).select("value").distinct().collect()}
+    assert got == {"b6", "b7"}
+
+
+def test_a_newer_attempt_replaces_the_batch_rows_and_an_older_one_is_refused(delta_spark, tmp_path):
+    table = str(tmp_path / "t")
+    write(delta_spark, table, 4, attempt=1, n=6)
+    write(delta_spark, table, 5, attempt=1, n=5)
+    write(delta_spark, table, 5, attempt=1, n=5, pipeline="payments")  # same batch id, other pipeline
+
+    newer = write(delta_spark, table, 5, attempt=2, n=3)
+
+    assert (newer.attempt, newer.record_count) == (2, 3)
+    expected = {(PIPELINE, 4): (6, {1}), (PIPELINE, 5): (3, {2}), ("payments", 5): (5, {1})}
+    assert contents(delta_spark, table) == expected
+    version = table_version(delta_spark, table)
+
+    # the first attempt was a zombie: it comes back after attempt 2 committed
+    with pytest.raises(SinkFenced, match=r"attempt 1 was refused, attempt 2 has committed the batch"):
+        write(delta_spark, table, 5, attempt=1, n=5)
+
+    assert table_version(delta_spark, table) == version
+    assert contents(delta_spark, table) == expected
+    assert [m["attempt"] for m in batch_commits(delta_spark, table, 5) if m["pipeline"] == PIPELINE] == [1, 2]
+
+
+def test_what_a_batch_committed_reads_back_from_the_delta_log(delta_spark, tmp_path):
+    table = str(tmp_path / "t")
+    sink = DeltaSink()
+    assert sink.committed(delta_spark, table, pipeline=PIPELINE, batch_id=3) is None  # no table yet
+    write(delta_spark, table, 3, attempt=2, n=7)
+    write(delta_spark, table, 8, attempt=1, n=2)
+
+    got = sink.committed(delta_spark, table, pipeline=PIPELINE, batch_id=3)
+
+    assert got == BatchCommit(PIPELINE, 3, 2, ranges(3, 7), 7, version=0)
+    assert sink.committed(delta_spark, table, pipeline=PIPELINE, batch_id=9) is None
+    assert sink.committed(delta_spark, table, pipeline="payments", batch_id=3) is None
+    assert sink.is_committed(delta_spark, table, pipeline=PIPELINE, batch_id=3)
+    assert sink.is_committed(delta_spark, table, pipeline=PIPELINE, batch_id=3, attempt=2)
+    assert not sink.is_committed(delta_spark, table, pipeline=PIPELINE, batch_id=3, attempt=1)
+    # the commit's own record in _delta_log: commitInfo.userMetadata and the txn of the batch
+    actions = [json.loads(line) for line in (Path(table) / "_delta_log" / f"{0:020d}.json").read_text().splitlines()]
+    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    assert json.loads(info["userMetadata"])["ranges"] == [r.to_dict() for r in ranges(3, 7)]
+    assert [a["txn"] for a in actions if "txn" in a][0] | {"lastUpdated": 0} == {
+        "appId": "kbp:orders:batch:3", "version": 2, "lastUpdated": 0,
+    }
+
+
+def test_a_commit_of_another_row_count_than_was_read_fails(delta_spark, tmp_path):
+    table = str(tmp_path / "t")
+    with pytest.raises(SinkFormatError, match=r"attempt 1 committed 4 rows .* but the batch read 5"):
+        DeltaSink().write_batch(
+            delta_spark, rows(delta_spark, 2, 4, 1), table,
+            pipeline=PIPELINE, batch_id=2, attempt=1, ranges=ranges(2, 5), expected_records=5,
+        )
+
+
+def test_delta_commits_through_an_atomic_create_on_local_paths_and_a_single_driver_store_on_s3a(delta_spark, tmp_path):
+    """The LogStore Delta picks by the path's scheme (what the README's guarantees per store rest
+    on): HDFSLogStore (create-if-absent by rename) for file: and hdfs:, S3SingleDriverLogStore
+    (mutual exclusion only within one driver's memory) for s3a: and s3:."""
+    jvm = delta_spark._jvm
+    store = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(delta_spark._jsparkSession, str(tmp_path / "t")).store()
+
+    def impl(uri: str) -> str:
+        return store.getDelegate(jvm.org.apache.hadoop.fs.Path(uri)).logStoreImpl().getClass().getSimpleName()
+
+    assert {uri: impl(uri) for uri in (f"file:{tmp_path}/t", "hdfs://nn/t", "s3a://b/t", "s3://b/t")} == {
+        f"file:{tmp_path}/t": "HDFSLogStore", "hdfs://nn/t": "HDFSLogStore",
+        "s3a://b/t": "S3SingleDriverLogStore", "s3://b/t": "S3SingleDriverLogStore",
+    }
+
+
+def test_the_same_protocol_on_s3a(delta_spark, s3_server, s3_bucket):
+    """Every property above, on the real S3 server through ``s3a://``; pyarrow's S3 filesystem sees
+    the Delta log Spark wrote."""
+    table = f"s3a://{s3_bucket}/tables/orders"
+    sink = DeltaSink()
+    write(delta_spark, table, 6, attempt=1, n=4)
+    write(delta_spark, table, 5, attempt=1, n=5)  # a replay after batch 6
+    write(delta_spark, table, 5, attempt=1, n=5)  # a retry: skipped
+    write(delta_spark, table, 5, attempt=2, n=3)  # a newer attempt: replaces
+    with pytest.raises(SinkFenced):
+        write(delta_spark, table, 5, attempt=1, n=5)  # a zombie
+
+    assert contents(delta_spark, table) == {(PIPELINE, 5): (3, {2}), (PIPELINE, 6): (4, {1})}
+    assert sink.committed(delta_spark, table, pipeline=PIPELINE, batch_id=5) == BatchCommit(
+        PIPELINE, 5, 2, ranges(5, 3), 3, version=2
+    )
+    s3 = s3_server.filesystem()
+    logs = sorted(
+        i.base_name for i in s3.get_file_info(FileSelector(f"{s3_bucket}/tables/orders/_delta_log"))
+        if i.base_name.endswith(".json")
+    )
+    assert logs == [f"{v:020d}.json" for v in range(3)]
