@@ -55,6 +55,12 @@ def airflow_db():
     af.reset_airflow_db()
 
 
+#: Tests of what is engine-agnostic above the hook (Variables, the ledger, the replay DAG) run on the
+#: connect engine only, whose batches cost a fraction of spark-submit's; the submit engine keeps the
+#: three-runs, arrow writer and partition tests here, and the batch stop and fault suites.
+CONNECT_ONLY = pytest.mark.parametrize("make_pipeline", ["connect"], indirect=True)
+
+
 @pytest.fixture(params=["submit", "connect"])
 def make_pipeline(request, kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
     engine = request.param
@@ -116,6 +122,7 @@ def test_three_runs_ingest_everything_exactly_once_and_the_controller_follows_sp
     assert ledger.batch(4).status == "succeeded" and not (Path(p.sink) / "batch_id=4").exists()
 
 
+@CONNECT_ONLY
 def test_settings_variable_tunes_the_next_plan_and_an_invalid_edit_changes_nothing(make_pipeline, kafka_broker):
     p, ledger = make_pipeline(batch_interval_s=5)
     topic = p.topics[0]
@@ -164,6 +171,7 @@ def test_settings_variable_tunes_the_next_plan_and_an_invalid_edit_changes_nothi
     assert sink_ids(p.sink) == Counter(range(440 + backlog))
 
 
+@CONNECT_ONLY
 def test_a_failed_batch_is_replayed_by_the_replay_dag_and_commits_wait_for_it(make_pipeline, kafka_broker, tmp_path, monkeypatch):
     flag = tmp_path / "fail-now"
     monkeypatch.setenv("KBP_TEST_FAIL_FLAG", str(flag))
@@ -200,6 +208,7 @@ def test_a_failed_batch_is_replayed_by_the_replay_dag_and_commits_wait_for_it(ma
     assert quiet.task_states["failed_ranges"] == "skipped"
 
 
+@CONNECT_ONLY
 def test_a_broken_state_variable_fails_the_batch_and_the_replay_completes_it(make_pipeline, kafka_broker):
     p, ledger = make_pipeline(replay_interval_s=20)
     produce(kafka_broker.bootstrap, p.topics[0], count=60, partitions=4)
@@ -268,7 +277,7 @@ def test_a_partition_added_later_is_read_from_its_first_record(
 
 
 
-@pytest.mark.parametrize("make_pipeline", ["connect"], indirect=True)
+@CONNECT_ONLY
 def test_the_record_task_prunes_the_ledger_to_the_pipelines_retention(make_pipeline, kafka_broker):
     """``ledger_keep_batches`` is applied by the pipeline itself (it was a command run by hand):
     each record task prunes finished batches beyond the newest N, never a partition's head."""
@@ -287,7 +296,7 @@ def test_the_record_task_prunes_the_ledger_to_the_pipelines_retention(make_pipel
     assert sum(committed(kafka_broker.bootstrap, p).values()) == 40
 
 
-@pytest.mark.parametrize("make_pipeline", ["connect"], indirect=True)
+@CONNECT_ONLY
 def test_a_recreated_topic_is_noticed_at_plan_replay_and_commit(make_pipeline, kafka_broker, tmp_path, monkeypatch):
     """A topic deleted and created again restarts its offsets (issue 21, item 1). Before, the plan
     went on from the old head (skipping the new topic's first records), a replay of an old batch read

@@ -35,8 +35,12 @@ def airflow_db():
 
 
 @pytest.fixture
-def make_pipeline(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
-    return af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
+def make_pipeline(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, spark_connect):
+    # the connect engine: replay and adoption are the same above the hook, and its batches cost a
+    # fraction of spark-submit's (the submit engine's replays are in test_batch_stop and the fault suite)
+    return af.pipeline_maker(
+        monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, connect_url=spark_connect.url, engine="connect"
+    )
 
 
 def failed_batches(make_pipeline, kafka_broker, n: int, per_batch: int, **overrides) -> tuple[PipelineConfig, Ledger]:
