@@ -69,6 +69,10 @@ class PipelineConfig:
     kafka_timeout_s: float = 30.0  # bound of each broker call of the plan, record and replay tasks
     task_timeout_s: float | None = None  # execution_timeout of plan/record/scale; default derived below
     replay_deferrable: bool = True  # the replay sensor waits in the triggerer, not in a worker slot
+    # a local sink path under a Spark master whose executors may run on other hosts is refused at plan
+    # time (each host would write to its own disk); true says the path is one shared filesystem (NFS …)
+    # mounted at the same place on every host
+    sink_on_shared_filesystem: bool = False
     # The record task prunes this pipeline's finished batches beyond the newest N from the ledger (and,
     # with ledger_keep_days, only those that ended longer ago); null: keep every batch. Never past a
     # partition's commit or head, never an unfinished batch (see Ledger.prune).
@@ -271,6 +275,38 @@ def sharing_problems(configs: list[PipelineConfig]) -> list[str]:
                     "move the other's offsets; set a different group_id on one of them"
                 )
     return problems
+
+
+#: Schemes of object stores: no directory rename, which the Parquet-directory sink publishes with.
+OBJECT_STORE_SCHEMES = ("s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss", "wasb", "wasbs", "oss")
+
+
+def sink_refusal(p: PipelineConfig, spark_master: str | None) -> str | None:
+    """Why the pipeline's sink cannot hold its guarantees where it runs (pure), else None: checked
+    by the plan task before anything is planned. ``spark_master``: the submit engine's master (None
+    when unknown, as for a Spark Connect server)."""
+    scheme = p.sink.split("://", 1)[0].lower() if "://" in p.sink else ""
+    if scheme in OBJECT_STORE_SCHEMES:
+        return (
+            f"Pipeline {p.name!r}: sink {p.sink!r} is on an object store ({scheme}://). The Parquet-directory sink "
+            "publishes each batch by renaming its staging directory, which object stores cannot do: every commit "
+            "would fail, and a plain Parquet reader of the directory could see a batch in part or twice. Write to "
+            "a local path or HDFS (hdfs://…), or use a table-format sink: Delta Lake (airflow_kafka_backpressure."
+            "sinks.delta, a preview that pipelines cannot select yet). Nothing was planned."
+        )
+    local = scheme in ("", "file")
+    if local and spark_master and not p.sink_on_shared_filesystem:
+        from .engines.submit import is_loopback_master
+
+        if not is_loopback_master(spark_master):
+            return (
+                f"Pipeline {p.name!r}: sink {p.sink!r} is a local path, but Spark master {spark_master!r} can run "
+                "executors on other hosts: each would write its part of a batch to its own disk, and the commit "
+                "would publish only what this host sees (a batch committed with rows missing). Use a shared "
+                "filesystem's URI (hdfs://…), or, if this path is one shared filesystem (NFS …) mounted at the same "
+                "place on every host, set \"sink_on_shared_filesystem\": true. Nothing was planned."
+            )
+    return None
 
 
 #: Fields holding seconds: each a finite number > 0 (or null where the field allows it).

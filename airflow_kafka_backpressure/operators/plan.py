@@ -12,7 +12,7 @@ from ..control.controller import COST, PlanDecision, Waiting, wait_for_data
 from ..control.cost_mode import ARRIVAL_WINDOW_PLANS, PlanInputs, arrival_rate, records_for_fixed_share
 from ..ledger import Ledger
 from ..models import TopicPartition
-from ..pipeline import PipelineConfig
+from ..pipeline import PipelineConfig, sink_refusal
 from ..topic_identity import archived_name, changed_topics, reset_refusal
 from .base import PipelineOperator
 from .common import (
@@ -39,6 +39,10 @@ def arrivals_history(plans: list[Any], now_ms: int, latest_total: int) -> list[t
         if b.plan.lag is not None
     ]
     return sorted(points) + [(now_ms, latest_total)]
+
+
+class SinkRefused(RuntimeError):
+    """The pipeline's sink cannot hold its guarantees where the batches run (the message says why)."""
 
 
 class TopicResetError(RuntimeError):
@@ -83,6 +87,9 @@ class PlanOffsetRangesOperator(PipelineOperator):
             self.log.info("Run %s already has batch %s: reusing its ranges", run_id, stored.batch_id)
             return stored.to_dict()
 
+        refusal = sink_refusal(p, self._spark_master())
+        if refusal:
+            raise SinkRefused(refusal)
         settings = load_settings(p)  # an invalid edit fails here, before anything is written
         controller = load_controller(p, settings)
 
@@ -180,6 +187,14 @@ class PlanOffsetRangesOperator(PipelineOperator):
             save_controller(p, controller, settings)
         self.log.info("Pipeline %s: %s", p.name, waiting.reason())
         raise AirflowSkipException(waiting.reason())
+
+    def _spark_master(self) -> str | None:
+        """The submit engine's Spark master (None for Spark Connect: its server's master is not known here)."""
+        if self.pipeline.engine != "submit":
+            return None
+        from ..hooks.spark_batch import SparkBatchHook
+
+        return SparkBatchHook.for_pipeline(self.pipeline).submit_connection()[0]
 
     def _topic_resets(self, ledger: Ledger, topic_ids: dict[str, str | None]) -> set[str]:
         """Topics deleted and created again since the newest plan (their ids changed): refused with

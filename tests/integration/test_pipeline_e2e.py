@@ -352,3 +352,21 @@ def test_a_recreated_topic_is_noticed_at_plan_replay_and_commit(make_pipeline, k
     assert sorted((x["from_offset"], x["until_offset"] - x["from_offset"]) for x in plan["ranges"]) == [(0, 7), (0, 7), (0, 8), (0, 8)]
     assert sink_ids(p.sink) == Counter(range(40)) + Counter(range(1000, 1030))  # nothing twice, nothing of the new topic skipped
     assert sum(committed(bootstrap, p).values()) == 30
+
+
+@pytest.mark.parametrize("make_pipeline", ["submit"], indirect=True)
+def test_a_sink_that_cannot_hold_its_guarantees_fails_the_plan_and_nothing_is_planned(make_pipeline, kafka_broker, monkeypatch):
+    """The plan task refuses an object-store sink (no directory rename) and a local sink under a
+    Spark master with executors on other hosts (issue 22): no batch, no Spark job, nothing committed."""
+    p, ledger = make_pipeline(sink="s3a://lake/orders")
+    produce(kafka_broker.bootstrap, p.topics[0], count=8, partitions=4)
+    r = af.run_dag(p.ingest_dag_id, 0)
+    assert r.task_states["plan"] == "failed" and r.task_states["ingest"] != "success", r.task_states
+    assert ledger.recent_batches(p.name, 10) == []
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "spark://10.1.2.3", "port": 7077}))
+    p, ledger = make_pipeline()
+    r = af.run_dag(p.ingest_dag_id, 1)
+    assert r.task_states["plan"] == "failed", r.task_states
+    assert ledger.recent_batches(p.name, 10) == []
+    assert sum(committed(kafka_broker.bootstrap, p).values()) == 0

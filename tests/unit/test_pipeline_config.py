@@ -132,3 +132,24 @@ def test_a_planned_batch_waits_for_its_ingest_task_a_lease_two_intervals_and_a_m
     assert p.planned_lease_s == 60.0  # a minute at least
     (p,) = load(lease_s=20, batch_interval_s=300)
     assert p.planned_lease_s == 600.0  # two intervals
+
+
+def test_a_sink_that_cannot_hold_its_guarantees_is_refused_before_planning():
+    """Issue 22, item 5 (and item 2's refusal): an object store cannot take the directory swap, and
+    a local path under a multi-host Spark master would leave each executor's files on its own disk."""
+    from airflow_kafka_backpressure.pipeline import sink_refusal
+
+    def cfg(sink: str, **kw) -> PipelineConfig:
+        return PipelineConfig(name="orders", topics=("t",), sink=sink, **kw)
+
+    for sink in ("s3a://lake/orders", "s3://lake/orders", "gs://b/o", "abfss://c@a.dfs.core.windows.net/o"):
+        refusal = sink_refusal(cfg(sink), "local[2]")
+        assert refusal and "object store" in refusal and "Delta Lake" in refusal and "Nothing was planned" in refusal
+    assert sink_refusal(cfg("hdfs://nn:8020/orders"), "yarn") is None
+    remote = sink_refusal(cfg("/data/orders"), "spark://10.1.2.3:7077")
+    assert remote and "other hosts" in remote and "sink_on_shared_filesystem" in remote
+    assert sink_refusal(cfg("file:///data/orders"), "k8s://https://api:6443")
+    assert sink_refusal(cfg("/data/orders", sink_on_shared_filesystem=True), "spark://10.1.2.3:7077") is None
+    assert sink_refusal(cfg("/data/orders"), "local[2]") is None
+    assert sink_refusal(cfg("/data/orders"), "spark://127.0.0.1:7077") is None  # executors on this host
+    assert sink_refusal(cfg("/data/orders"), None) is None  # a Connect server's master is not known
