@@ -3,8 +3,9 @@ Spark driver side of the write, or a Spark task).
 
 **Fencing.** Each attempt at a batch has the ledger's attempt number (it grows by one whenever an
 attempt claims the batch: a retry, a replay, a takeover of an abandoned one). The writer of attempt
-``n`` raises the batch's fence file ``<sink>/_kbp_fence_<N>.json`` to ``n`` when its write starts,
-and its commit refuses to publish when
+``n`` raises the batch's fence ``<sink>/_kbp_fence_<N>/`` to ``n`` when its write starts (a marker
+file of its own, ``<n>_<token>``: the fence is the highest marker, so it can only rise), and its
+commit refuses to publish when
 
 * the fence is above ``n`` — a newer attempt has started writing the batch since, or
 * the committed version's manifest was written by an attempt above ``n``,
@@ -33,29 +34,54 @@ from airflow_kafka_backpressure.storage import Location
 
 FENCE_PREFIX = "_kbp_fence_"
 
-__all__ = ["adoption_problems", "fence_problem", "file_problems", "raise_fence", "read_fence"]
+__all__ = ["adoption_problems", "fence_markers", "fence_problem", "file_problems", "raise_fence", "read_fence"]
 
 
 def fence_location(root: Location, batch_id: int) -> Location:
-    return root.child(f"{FENCE_PREFIX}{int(batch_id)}.json")
+    """The batch's fence: a directory of one marker per attempt that started writing."""
+    return root.child(f"{FENCE_PREFIX}{int(batch_id)}")
+
+
+def _legacy_fence(root: Location, batch_id: int) -> Location:
+    return root.child(f"{FENCE_PREFIX}{int(batch_id)}.json")  # one file, rewritten (before 2026-11-25)
+
+
+def fence_markers(root: Location, batch_id: int) -> dict[str, int]:
+    """``{token: attempt}`` of every attempt that raised the batch's fence."""
+    out: dict[str, int] = {}
+    for name, is_dir, _ in fence_location(root, batch_id).children():
+        attempt, _, token = name.partition("_")
+        if not is_dir and attempt.isdigit() and token:
+            out[token] = int(attempt)
+    return out
 
 
 def read_fence(root: Location, batch_id: int) -> int | None:
     """The highest attempt number that started writing ``batch_id`` (None: no fenced write yet)."""
-    f = fence_location(root, batch_id)
-    if not f.exists():
-        return None
-    return int(json.loads(f.read_bytes())["attempt"])
+    attempts = list(fence_markers(root, batch_id).values())
+    legacy = _legacy_fence(root, batch_id)
+    if legacy.exists():
+        attempts.append(int(json.loads(legacy.read_bytes())["attempt"]))
+    return max(attempts) if attempts else None
 
 
 def raise_fence(root: Location, batch_id: int, attempt: int, token: str) -> str | None:
-    """Record that attempt ``attempt`` starts writing; a problem message if a newer one already did."""
+    """Record that attempt ``attempt`` starts writing; a problem message if a newer one already did.
+
+    Each attempt adds its own marker (``<attempt>_<token>``) and never rewrites another's, so the
+    fence only ever rises, whatever the order in which racing attempts get here (a single fence
+    file read and then rewritten let an older attempt lower it under a newer one). The check after
+    writing sees every newer attempt that wrote its marker first; one that writes later is refused
+    by its own commit's check (:func:`fence_problem` reads the highest marker)."""
     current = read_fence(root, batch_id)
     if current is not None and current > attempt:
         return _newer(batch_id, attempt, token, f"attempt {current} started writing it")
-    if current != attempt:
-        root.mkdirs()
-        fence_location(root, batch_id).write_bytes(json.dumps({"attempt": int(attempt), "token": token}).encode())
+    marker = fence_location(root, batch_id).child(f"{int(attempt):010d}_{token}")
+    if not marker.exists():
+        marker.write_bytes(json.dumps({"attempt": int(attempt), "token": token}).encode())
+    current = read_fence(root, batch_id)
+    if current is not None and current > attempt:
+        return _newer(batch_id, attempt, token, f"attempt {current} started writing it")
     return None
 
 
@@ -79,7 +105,7 @@ def _newer(batch_id: int, attempt: int, token: str, what: str) -> str:
         f"batch {batch_id}: attempt {attempt} (token {token[:8]}…) is older than the batch's newest attempt: "
         f"{what}. This attempt's output is discarded (fencing); the newest attempt decides the batch. "
         f"(Only if the ledger was reset or moved — its attempt numbers restarted — delete the sink's "
-        f"{FENCE_PREFIX}{int(batch_id)}.json and run the batch again.)"
+        f"{FENCE_PREFIX}{int(batch_id)} directory and run the batch again.)"
     )
 
 

@@ -90,7 +90,7 @@ from airflow_kafka_backpressure.models import OffsetRange, batch_path
 from airflow_kafka_backpressure.spark import registry
 from airflow_kafka_backpressure.spark.completion import completed_reads, observe_reads, tally_reads
 from airflow_kafka_backpressure.spark.executors import executors_that_ran
-from airflow_kafka_backpressure.spark.fencing import fence_problem, raise_fence, read_fence
+from airflow_kafka_backpressure.spark.fencing import fence_markers, fence_problem, raise_fence, read_fence
 from airflow_kafka_backpressure.spark.manifest_source import (
     MANIFEST_NAME,
     MANIFEST_SOURCE_NAME,
@@ -363,12 +363,25 @@ def commit_batch(
             staging.delete()
             raise
         _swap_in(root, staging, final, batch_id, token, replace=existing is not None or final.exists())
-        for name, _, _ in root.children():  # the replaced version and older attempts' leftovers
-            if name.startswith((f"{STAGING_PREFIX}{int(batch_id)}_", f"{REPLACED_PREFIX}{int(batch_id)}_")):
-                root.child(name).delete()
+        _delete_leftovers(root, batch_id, attempt)
         return manifest
     except StorageError as e:
         raise SinkError(f"batch {batch_id}: cannot commit to sink {sink!r}: {e}") from e
+
+
+def _delete_leftovers(root: Location, batch_id: int, attempt: int | None) -> None:
+    """After a commit: the replaced version, and the staging directories of this attempt and older
+    ones (crashes, aborted writes). A newer attempt's staging directory is its write in progress:
+    it stays (its attempt is known from its fence marker, raised before it writes)."""
+    attempts = fence_markers(root, batch_id)
+    staging = f"{STAGING_PREFIX}{int(batch_id)}_"
+    for name, _, _ in root.children():
+        if name.startswith(f"{REPLACED_PREFIX}{int(batch_id)}_"):
+            root.child(name).delete()
+        elif name.startswith(staging):
+            theirs = attempts.get(name[len(staging):])
+            if theirs is None or attempt is None or theirs <= attempt:
+                root.child(name).delete()
 
 
 def _swap_in(root: Location, staging: Location, final: Location, batch_id: int, token: str, *, replace: bool) -> None:

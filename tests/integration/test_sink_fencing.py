@@ -147,3 +147,46 @@ def test_a_replaced_batch_is_swapped_in_one_step_never_missing_or_doubled(spark,
     assert seen["polls"] > 100
     assert seen["missing"] == 0 and seen["visible_copies"] == {1}
     assert ids(sink) == [0, 1, 2, 3] and sink_mod.leftovers(str(sink), 1) == []
+
+
+def test_racing_attempts_never_lower_the_fence(tmp_path):
+    """Issue 22, item 5: the fence was one file read and then rewritten, so an older attempt racing a
+    newer one could write its lower number last. Each attempt now adds its own marker: after any
+    interleaving the fence is the highest attempt that raised it."""
+    root = location(str(tmp_path / "sink"))
+    for batch_id in range(1, 21):
+        start = threading.Barrier(8)
+        problems: dict[int, str | None] = {}
+
+        def raise_(attempt: int) -> None:
+            start.wait()
+            problems[attempt] = raise_fence(root, batch_id, attempt, f"{attempt:032d}")
+
+        threads = [threading.Thread(target=raise_, args=(a,)) for a in range(1, 9)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert read_fence(root, batch_id) == 8, batch_id
+        assert problems[8] is None  # the newest is never refused
+
+
+def test_a_commit_deletes_only_its_own_and_older_attempts_staging(tmp_path):
+    """Issue 22, item 5: a commit deleted every staging directory of the batch, a newer attempt's
+    write in progress included (that attempt's commit then found its files gone). The cleanup after
+    attempt 2's commit: attempt 1's crash leftover, its own staging, an unfenced write's and the
+    replaced version go; attempt 3's write in progress stays."""
+    sink = tmp_path / "sink"
+    root = location(str(sink))
+    tokens = {1: "a" * 32, 2: "b" * 32, 3: "c" * 32}
+    for attempt, token in tokens.items():
+        assert raise_fence(root, 1, attempt, token) is None or attempt < 3
+        (sink / sink_mod.staging_dir_name(1, token)).mkdir(parents=True)
+    (sink / sink_mod.staging_dir_name(1, tokens[3]) / "part-0.parquet").write_bytes(b"in progress")
+    (sink / sink_mod.staging_dir_name(1, "e" * 32)).mkdir()  # a write without an attempt number
+    (sink / f"{sink_mod.REPLACED_PREFIX}1_{tokens[2]}").mkdir()
+    (sink / sink_mod.staging_dir_name(2, tokens[1])).mkdir()  # another batch's: not this commit's business
+    sink_mod._delete_leftovers(root, 1, 2)
+    assert sink_mod.leftovers(str(sink), 1) == [sink_mod.staging_dir_name(1, tokens[3])]
+    assert (sink / sink_mod.staging_dir_name(1, tokens[3]) / "part-0.parquet").exists()
+    assert sink_mod.leftovers(str(sink), 2) == [sink_mod.staging_dir_name(2, tokens[1])]
