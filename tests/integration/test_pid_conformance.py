@@ -18,14 +18,22 @@ from airflow_kafka_backpressure.control.pid import PIDRateEstimator
 @pytest.fixture(scope="module")
 def spark_pid_class():
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    import py4j.java_gateway
+    import py4j.protocol
     from pyspark.java_gateway import launch_gateway
 
+    # A SparkContext created earlier in this process (the suite's other Spark tests) left pyspark's
+    # handler that converts Java exceptions through the active SparkContext's JVM patched into py4j;
+    # this module's own gateway talks to py4j plainly, as it would in a fresh process.
+    patched = py4j.java_gateway.get_return_value
+    py4j.java_gateway.get_return_value = py4j.protocol.get_return_value
     gateway = launch_gateway()
     try:
         cls = gateway.jvm.org.apache.spark.streaming.scheduler.rate.PIDRateEstimator
         # a plain function: hypothesis probes fixtures' attributes, which py4j would forward to Java
         yield lambda *args: cls(*args)
     finally:
+        py4j.java_gateway.get_return_value = patched
         gateway.shutdown()
         proc = getattr(gateway, "proc", None)
         if proc is not None:  # the JVM exits when its stdin closes
