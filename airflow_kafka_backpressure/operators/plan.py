@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from .._fault_points import after_plan
 from ..control.allocation import plan_ranges, starting_positions
 from ..control.controller import COST, PlanDecision, Waiting, wait_for_data
 from ..control.cost_mode import ARRIVAL_WINDOW_PLANS, PlanInputs, arrival_rate, records_for_fixed_share
@@ -152,6 +153,7 @@ class PlanOffsetRangesOperator(PipelineOperator):
             plan.batch_id, plan.records, len(plan.ranges), decision.mode, allocation.rate_limit, lag_after,
             decision.reason if settings.backpressure_enabled else "backpressure_enabled is false",
         )
+        after_plan(p.name, plan.batch_id)  # a no-op outside the fault tests
         warning = controller.warning(p.batch_interval_s)
         if warning:
             self.log.warning("Pipeline %s: %s", p.name, warning)

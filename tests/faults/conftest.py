@@ -25,7 +25,10 @@ from ..fixtures_postgres import LocalPostgres, PostgresUnavailable
 from .harness import Outcome, Standalone, check_pipeline, wait_until_consistent
 
 TMP_ROOT = Path(__file__).resolve().parents[2] / ".tmp"
-SCENARIOS = ("driver_kill", "swap_kill", "scheduler_kill", "broker_freeze", "pg_outage", "retention", "cleared_run", "backfill")
+SCENARIOS = (
+    "driver_kill", "swap_kill", "scheduler_kill", "broker_freeze", "pg_outage", "retention", "cleared_run", "backfill",
+    "plan_kill", "partitions_added",
+)
 #: The retention scenario's batch fails while its flag file exists; a lost offset is skipped, recorded.
 SCENARIO_OVERRIDES = {
     "retention": dict(on_data_loss="skip", transform="tests.integration.e2e_transforms:fail_while_flagged"),

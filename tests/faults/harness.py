@@ -45,7 +45,7 @@ from airflow_kafka_backpressure.local.broker import free_port
 from airflow_kafka_backpressure.models import TopicPartition
 from airflow_kafka_backpressure.pipeline import PipelineConfig
 
-from .pause_point import INJECT_DIR, PAUSE_DIR_ENV  # noqa: F401 - the suite's pause after the sink commit
+from .pause_point import INJECT_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_FILE = REPO / "dags" / "kafka_backpressure_pipelines.py"

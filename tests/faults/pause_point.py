@@ -21,25 +21,37 @@ PAUSE_S = 600.0
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
 
 
-def pause_after_commit(pipeline: str, batch_id: int) -> None:
-    """The pause (see the module doc)."""
+def _pause(name: str, batch_id: int) -> None:
     directory = os.environ.get(PAUSE_DIR_ENV)
     if not directory:
         return
     d = Path(directory)
     try:
-        os.rename(d / f"{pipeline}.arm", d / f"{pipeline}.fired")
+        os.rename(d / f"{name}.arm", d / f"{name}.fired")
     except FileNotFoundError:
         return
-    tmp = d / f"{pipeline}.paused.tmp"
+    tmp = d / f"{name}.paused.tmp"
     tmp.write_text(f"{os.getpid()} {batch_id}")
-    os.replace(tmp, d / f"{pipeline}.paused")
+    os.replace(tmp, d / f"{name}.paused")
     time.sleep(PAUSE_S)
 
 
+def pause_after_commit(pipeline: str, batch_id: int) -> None:
+    """The pause after the sink commit (see the module doc): armed by ``<pipeline>.arm``."""
+    _pause(pipeline, batch_id)
+
+
+def pause_after_plan(pipeline: str, batch_id: int) -> None:
+    """The same pause after the plan task recorded its plan: armed by ``<pipeline>.after_plan.arm``,
+    reported in ``<pipeline>.after_plan.paused``."""
+    _pause(f"{pipeline}.after_plan", batch_id)
+
+
 def install() -> None:
-    """Register the pause on the product's seam (once per process)."""
+    """Register the pauses on the product's seams (once per process)."""
     from airflow_kafka_backpressure import _fault_points
 
     if pause_after_commit not in _fault_points._AFTER_COMMIT:
         _fault_points.on_after_commit(pause_after_commit)
+    if pause_after_plan not in _fault_points._AFTER_PLAN:
+        _fault_points.on_after_plan(pause_after_plan)

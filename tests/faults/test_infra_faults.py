@@ -1,5 +1,6 @@
-"""The pipeline's services fail under a real scheduler: the broker frozen (SIGSTOP) for longer than
-every timeout, and the ledger's PostgreSQL stopped and restarted, each while a batch is in flight."""
+"""The pipeline's services fail or change under a real scheduler: the broker frozen (SIGSTOP) for
+longer than every timeout, the ledger's PostgreSQL stopped and restarted, each while a batch is in
+flight, and the topic given more partitions while the pipeline runs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import time
 from datetime import datetime, timezone
 
 import pytest
+
+from airflow_kafka_backpressure.local.producer import produce
 
 from .conftest import STEP_TIMEOUT_S
 from .harness import wait_for
@@ -59,3 +62,26 @@ def test_the_ledger_database_stopped_and_restarted_mid_batch(rig):
     rig.produce(p, 100, 300)
 
     rig.assert_recovered(p, 400, f"ledger down {LEDGER_DOWN_S}s")
+
+
+def test_partitions_added_mid_run_are_read_from_their_first_record(rig):
+    """Issue 21, item 2 under a real scheduler: the topic grows from 2 to 4 partitions while the
+    pipeline runs; records produced into the new partitions before a plan sees them are read too."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewPartitions
+
+    p = rig.pipeline("partitions_added")
+    rig.produce(p, 300, 0)
+    rig.start(p)
+    ledger = rig.ledger(p)
+    wait_for("a first batch written", lambda: any(b.status == "succeeded" for b in ledger.recent_batches(p.name, 10)),
+             STEP_TIMEOUT_S, every_s=1)
+    admin = KafkaAdminClient(bootstrap_servers=rig.broker.bootstrap)
+    try:
+        admin.create_partitions({p.topics[0]: NewPartitions(total_count=4)})
+    finally:
+        admin.close()
+    produce(rig.broker.bootstrap, p.topics[0], count=100, partitions=4, start_id=300)  # 50 into the new ones
+
+    outcome = rig.assert_recovered(p, 400, "partitions added")
+    assert outcome.produced == 400

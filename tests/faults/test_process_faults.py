@@ -1,5 +1,6 @@
 """Processes killed mid-batch under a real scheduler: the Spark driver, the Airflow task after its
-batch's output was swapped into the sink but before the ledger marked it, and the scheduler."""
+batch's output was swapped into the sink but before the ledger marked it, the plan task after it
+recorded its plan, and the scheduler."""
 
 from __future__ import annotations
 
@@ -31,17 +32,13 @@ def test_sigkill_of_the_spark_driver_mid_batch_is_replayed_exactly_once(rig):
 
 def test_sigkill_of_the_task_after_the_sink_swap_leaves_one_copy(rig):
     p = rig.pipeline("swap_kill")
-    (rig.pause_dir / f"{p.name}.arm").touch()
-    rig.produce(p, 300, 0)
-    rig.start(p)
-    paused = rig.pause_dir / f"{p.name}.paused"
-    wait_for("a batch paused after its sink commit", paused.exists, STEP_TIMEOUT_S, every_s=0.5)
-    pid, batch_id = (int(x) for x in paused.read_text().split())
     ledger = rig.ledger(p)
-    assert ledger.batch(batch_id).status == "running"  # written, not marked
-    assert (Path(p.sink) / f"batch_id={batch_id}" / "_manifest.json").exists()  # swapped in
-    os.kill(pid, signal.SIGKILL)
-    rig.produce(p, 100, 300)
+
+    def written_not_marked(batch_id: int) -> None:
+        assert ledger.batch(batch_id).status == "running"  # written, not marked
+        assert (Path(p.sink) / f"batch_id={batch_id}" / "_manifest.json").exists()  # swapped in
+
+    batch_id = kill_at_seam(rig, p, p.name, "a batch paused after its sink commit", written_not_marked)
 
     rig.assert_recovered(p, 400, "task kill after swap")
     assert ledger.batch(batch_id).status == "replayed", ledger.batch(batch_id)
@@ -70,3 +67,34 @@ def test_sigkill_of_the_scheduler_mid_batch_costs_no_record(rig):
     )
 
     rig.assert_recovered(p, 400, "scheduler kill")
+
+
+def test_sigkill_of_the_plan_task_after_it_recorded_the_plan_costs_no_record(rig):
+    """Issue 21, item 4 under a real scheduler: the plan task dies right after recording its batch, so
+    no ingest task claims it. Its planned lease expires and the replay DAG takes it over (it waited
+    24 hours before); later batches go on meanwhile and the group commits once it is written."""
+    p = rig.pipeline("plan_kill")
+    ledger = rig.ledger(p)
+
+    def planned(batch_id: int) -> None:
+        assert ledger.batch(batch_id).status == "planned"
+
+    batch_id = kill_at_seam(rig, p, f"{p.name}.after_plan", "a plan task paused after recording its plan", planned)
+
+    rig.assert_recovered(p, 400, "plan task kill")
+    assert ledger.batch(batch_id).status == "replayed", ledger.batch(batch_id)
+
+
+def kill_at_seam(rig, p, name: str, what: str, check) -> int:
+    """Arm the suite's pause ``name`` (tests/faults/pause_point.py), let 300 records in, wait until a
+    task pauses there, ``check(batch_id)``, SIGKILL that task and produce 100 more; the batch id."""
+    (rig.pause_dir / f"{name}.arm").touch()
+    rig.produce(p, 300, 0)
+    rig.start(p)
+    paused = rig.pause_dir / f"{name}.paused"
+    wait_for(what, paused.exists, STEP_TIMEOUT_S, every_s=0.5)
+    pid, batch_id = (int(x) for x in paused.read_text().split())
+    check(batch_id)
+    os.kill(pid, signal.SIGKILL)
+    rig.produce(p, 100, 300)
+    return batch_id

@@ -15,6 +15,7 @@ from tests.faults import pause_point
 @pytest.fixture
 def no_hooks(monkeypatch):
     monkeypatch.setattr(fp, "_AFTER_COMMIT", [])
+    monkeypatch.setattr(fp, "_AFTER_PLAN", [])
 
 
 def test_the_seam_cannot_be_armed_from_the_environment(tmp_path, monkeypatch, no_hooks):
@@ -22,11 +23,13 @@ def test_the_seam_cannot_be_armed_from_the_environment(tmp_path, monkeypatch, no
     happens (the previous product renamed the arm file and slept for 600 s)."""
     monkeypatch.setenv(pause_point.PAUSE_DIR_ENV, str(tmp_path))
     (tmp_path / "p.arm").touch()
-    call = threading.Thread(target=fp.after_commit, args=("p", 1), daemon=True)
-    call.start()
-    call.join(30)
-    assert not call.is_alive(), "the product's seam paused"
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["p.arm"]
+    (tmp_path / "p.after_plan.arm").touch()
+    for seam in (fp.after_commit, fp.after_plan):
+        call = threading.Thread(target=seam, args=("p", 1), daemon=True)
+        call.start()
+        call.join(30)
+        assert not call.is_alive(), f"the product's seam {seam.__name__} paused"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["p.after_plan.arm", "p.arm"]
 
 
 def test_the_suites_pause_is_inert_unless_set_and_armed(tmp_path, monkeypatch, no_hooks):
@@ -46,6 +49,7 @@ def test_an_armed_pause_fires_once_for_its_pipeline(tmp_path, monkeypatch, no_ho
     pause_point.install()
     pause_point.install()  # once per process, however often start-up code runs
     assert fp._AFTER_COMMIT == [pause_point.pause_after_commit]
+    assert fp._AFTER_PLAN == [pause_point.pause_after_plan]
     monkeypatch.setenv(pause_point.PAUSE_DIR_ENV, str(tmp_path))
     (tmp_path / "p.arm").touch()
     fp.after_commit("other", 3)  # another pipeline's batch passes
@@ -55,6 +59,11 @@ def test_an_armed_pause_fires_once_for_its_pipeline(tmp_path, monkeypatch, no_ho
     (tmp_path / "p.paused").unlink()
     fp.after_commit("p", 5)  # disarmed by the first
     assert not (tmp_path / "p.paused").exists()
+    fp.after_plan("p", 6)  # the plan seam has its own arm file
+    assert not (tmp_path / "p.after_plan.paused").exists()
+    (tmp_path / "p.after_plan.arm").touch()
+    fp.after_plan("p", 7)
+    assert (tmp_path / "p.after_plan.paused").read_text() == f"{os.getpid()} 7"
 
 
 def test_the_suites_processes_load_the_pause_at_start_up(tmp_path):
@@ -66,9 +75,9 @@ def test_the_suites_processes_load_the_pause_at_start_up(tmp_path):
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, pause_point.PAUSE_DIR_ENV: str(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(pause_point.INJECT_DIR), str(repo)])}
-    code = "from airflow_kafka_backpressure import _fault_points as f; print([h.__name__ for h in f._AFTER_COMMIT])"
+    code = "from airflow_kafka_backpressure import _fault_points as f; print([h.__name__ for h in f._AFTER_COMMIT + f._AFTER_PLAN])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['pause_after_commit']"
+    assert out.strip() == "['pause_after_commit', 'pause_after_plan']"
     env.pop(pause_point.PAUSE_DIR_ENV)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
