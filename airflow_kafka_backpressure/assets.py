@@ -71,7 +71,9 @@ def batch_event_extra(
     }
 
 
-def emit_batch_events(context: Mapping[str, Any], pipeline: Any, batches: Iterable[dict[str, Any]]) -> list[str]:
+def emit_batch_events(
+    context: Mapping[str, Any], pipeline: Any, batches: Iterable[dict[str, Any]]
+) -> list[str]:
     """Record one sink-Asset event per committed batch (``batches``: :func:`batch_event_extra` dicts)
     on the running task; the task must declare :func:`sink_asset` in its ``outlets``. Returns the
     partition keys (batch ids) emitted. Events are sent when the task succeeds."""

@@ -70,34 +70,123 @@ def _key(default: Any, kind: type, low: float | None = None, **rule: Any) -> Any
 # keys default to Spark's values).
 @dataclass(frozen=True)
 class ControllerSettings:
-    mode: str = _key(DEFAULT_MODE, str, choices=MODES, doc="'spark': Spark's PID, bit for bit; 'cost': batches sized from a fitted fixed + per-record cost model")
-    backpressure_enabled: bool = _key(True, bool, doc="size batches by the controller (spark.streaming.backpressure.enabled)")
-    proportional: float = _key(1.0, float, 0.0, doc="PID proportional gain (spark: spark.streaming.backpressure.pid.proportional; cost: the correction's gain on the work the last budget left behind, as a share of the interval)")
-    integral: float = _key(0.2, float, 0.0, doc="PID integral gain (spark: …pid.integral; cost: the gain on the sum of those errors, which removes a steady-state deficit)")
-    derivative: float = _key(0.0, float, 0.0, doc="PID derivative gain (spark: …pid.derived; cost: the gain on the change of that error)")
-    min_rate: float = _key(100.0, float, 1.0, doc="lowest estimated rate, records/s (…pid.minRate); below 1 the published limit would truncate to 0, which means 'unlimited'")
-    initial_rate: int = _key(0, int, 0, doc="records/s before the first estimate, 0 = none (…backpressure.initialRate)")
-    max_rate_per_partition: int = _key(0, int, 0, doc="records/s cap per partition, 0 = none (…kafka.maxRatePerPartition)")
-    min_rate_per_partition: int = _key(1, int, 1, doc="records per batch floor per partition (…kafka.minRatePerPartition)")
-    max_rate_per_topic: dict[str, int] = field(
-        default_factory=dict, metadata={"map": "per-topic max records/s per partition, e.g. {\"orders\": 500}"}
+    mode: str = _key(
+        DEFAULT_MODE,
+        str,
+        choices=MODES,
+        doc="'spark': Spark's PID, bit for bit; 'cost': batches sized from a fitted fixed + per-record cost model",
     )
-    max_records_per_batch: int = _key(DEFAULT_MAX_RECORDS_PER_BATCH, int, 1, doc="cap of records per batch, any mode, the first batches included (like maxOffsetsPerTrigger)")
-    min_records_per_batch: int = _key(0, int, 0, doc="a run with fewer records available skips its batch (plans and commits nothing) until max_batch_delay_s has passed since the last batch; 0 = off (like minOffsetsPerTrigger)")
-    max_batch_delay_s: float = _key(DEFAULT_MAX_BATCH_DELAY_S, float, 0.0, doc="seconds after the last batch's plan when a run plans whatever there is, below min_records_per_batch too (like maxTriggerDelay)")
-    min_batch_fixed_share: float = _key(0.0, float, 0.0, high=1.0, doc="cost mode: also wait (as below min_records_per_batch) while the batch would spend more than this share of its predicted time on the fitted fixed cost, e.g. 0.5; 0 = off")
-    target_ratio: float = _key(cost_mode.DEFAULT_TARGET_RATIO, float, 0.0, low_open=True, high=1.0, doc="cost mode: processing time / interval the batches aim at when keeping up")
-    max_ratio: float = _key(cost_mode.DEFAULT_MAX_RATIO, float, 0.0, low_open=True, high=1.0, doc="cost mode: the most of the interval a batch may use while draining a backlog")
-    drain_horizon_s: float = _key(cost_mode.DEFAULT_DRAIN_HORIZON_S, float, 0.0, doc="cost mode: clear a backlog within this many seconds with the smallest batches that do; 0 = as fast as max_ratio allows")
-    cost_window_batches: int = _key(cost_mode.DEFAULT_WINDOW_BATCHES, int, 2, doc="cost mode: recent batches the cost model is fitted on")
+    backpressure_enabled: bool = _key(
+        True, bool, doc="size batches by the controller (spark.streaming.backpressure.enabled)"
+    )
+    proportional: float = _key(
+        1.0,
+        float,
+        0.0,
+        doc="PID proportional gain (spark: spark.streaming.backpressure.pid.proportional; cost: the correction's gain on the work the last budget left behind, as a share of the interval)",
+    )
+    integral: float = _key(
+        0.2,
+        float,
+        0.0,
+        doc="PID integral gain (spark: …pid.integral; cost: the gain on the sum of those errors, which removes a steady-state deficit)",
+    )
+    derivative: float = _key(
+        0.0,
+        float,
+        0.0,
+        doc="PID derivative gain (spark: …pid.derived; cost: the gain on the change of that error)",
+    )
+    min_rate: float = _key(
+        100.0,
+        float,
+        1.0,
+        doc="lowest estimated rate, records/s (…pid.minRate); below 1 the published limit would truncate to 0, which means 'unlimited'",
+    )
+    initial_rate: int = _key(
+        0, int, 0, doc="records/s before the first estimate, 0 = none (…backpressure.initialRate)"
+    )
+    max_rate_per_partition: int = _key(
+        0, int, 0, doc="records/s cap per partition, 0 = none (…kafka.maxRatePerPartition)"
+    )
+    min_rate_per_partition: int = _key(
+        1, int, 1, doc="records per batch floor per partition (…kafka.minRatePerPartition)"
+    )
+    max_rate_per_topic: dict[str, int] = field(
+        default_factory=dict, metadata={"map": 'per-topic max records/s per partition, e.g. {"orders": 500}'}
+    )
+    max_records_per_batch: int = _key(
+        DEFAULT_MAX_RECORDS_PER_BATCH,
+        int,
+        1,
+        doc="cap of records per batch, any mode, the first batches included (like maxOffsetsPerTrigger)",
+    )
+    min_records_per_batch: int = _key(
+        0,
+        int,
+        0,
+        doc="a run with fewer records available skips its batch (plans and commits nothing) until max_batch_delay_s has passed since the last batch; 0 = off (like minOffsetsPerTrigger)",
+    )
+    max_batch_delay_s: float = _key(
+        DEFAULT_MAX_BATCH_DELAY_S,
+        float,
+        0.0,
+        doc="seconds after the last batch's plan when a run plans whatever there is, below min_records_per_batch too (like maxTriggerDelay)",
+    )
+    min_batch_fixed_share: float = _key(
+        0.0,
+        float,
+        0.0,
+        high=1.0,
+        doc="cost mode: also wait (as below min_records_per_batch) while the batch would spend more than this share of its predicted time on the fitted fixed cost, e.g. 0.5; 0 = off",
+    )
+    target_ratio: float = _key(
+        cost_mode.DEFAULT_TARGET_RATIO,
+        float,
+        0.0,
+        low_open=True,
+        high=1.0,
+        doc="cost mode: processing time / interval the batches aim at when keeping up",
+    )
+    max_ratio: float = _key(
+        cost_mode.DEFAULT_MAX_RATIO,
+        float,
+        0.0,
+        low_open=True,
+        high=1.0,
+        doc="cost mode: the most of the interval a batch may use while draining a backlog",
+    )
+    drain_horizon_s: float = _key(
+        cost_mode.DEFAULT_DRAIN_HORIZON_S,
+        float,
+        0.0,
+        doc="cost mode: clear a backlog within this many seconds with the smallest batches that do; 0 = as fast as max_ratio allows",
+    )
+    cost_window_batches: int = _key(
+        cost_mode.DEFAULT_WINDOW_BATCHES, int, 2, doc="cost mode: recent batches the cost model is fitted on"
+    )
     scaling_enabled: bool = _key(True, bool, doc="let the scaling operator change the executor target")
-    scaling_up_ratio: float = _key(scaling.SCALING_UP_RATIO, float, 0.0, low_open=True, doc="scale up at avg processing/interval >= this")
-    scaling_down_ratio: float = _key(scaling.SCALING_DOWN_RATIO, float, 0.0, low_open=True, doc="scale down at avg processing/interval <= this")
+    scaling_up_ratio: float = _key(
+        scaling.SCALING_UP_RATIO, float, 0.0, low_open=True, doc="scale up at avg processing/interval >= this"
+    )
+    scaling_down_ratio: float = _key(
+        scaling.SCALING_DOWN_RATIO,
+        float,
+        0.0,
+        low_open=True,
+        doc="scale down at avg processing/interval <= this",
+    )
     min_executors: int = _key(scaling.MIN_EXECUTORS, int, 1, doc="lowest executor target")
     max_executors: int = _key(scaling.MAX_EXECUTORS, int, 1, doc="highest executor target")
-    initial_executors: int = _key(scaling.INITIAL_EXECUTORS, int, 1, doc="executor target before any scaling decision")
-    scaling_window_batches: int = _key(scaling.SCALING_WINDOW_BATCHES, int, 1, doc="successful batches averaged per decision")
-    cooldown_batches: int = _key(scaling.COOLDOWN_BATCHES, int, 0, doc="batches after a change during which the target holds")
+    initial_executors: int = _key(
+        scaling.INITIAL_EXECUTORS, int, 1, doc="executor target before any scaling decision"
+    )
+    scaling_window_batches: int = _key(
+        scaling.SCALING_WINDOW_BATCHES, int, 1, doc="successful batches averaged per decision"
+    )
+    cooldown_batches: int = _key(
+        scaling.COOLDOWN_BATCHES, int, 0, doc="batches after a change during which the target holds"
+    )
 
     # ----- derived objects for the control core ---------------------------------------------
     def estimator(self, batch_interval_ms: int) -> PIDRateEstimator:
@@ -147,7 +236,9 @@ class ControllerSettings:
 
 
 #: key -> rule, from the declarations above.
-RULES: dict[str, _Rule] = {f.name: f.metadata["rule"] for f in fields(ControllerSettings) if "rule" in f.metadata}
+RULES: dict[str, _Rule] = {
+    f.name: f.metadata["rule"] for f in fields(ControllerSettings) if "rule" in f.metadata
+}
 #: per-topic caps: {"topic": records/s}
 MAP_KEYS = {f.name for f in fields(ControllerSettings) if "map" in f.metadata}
 
@@ -185,7 +276,9 @@ def _coerce(source: str, key: str, value: Any, rule: _Rule) -> Any:
     return value
 
 
-def parse_settings(text: str | dict[str, Any] | None, *, source: str = "controller settings") -> ControllerSettings:
+def parse_settings(
+    text: str | dict[str, Any] | None, *, source: str = "controller settings"
+) -> ControllerSettings:
     """Validate a JSON object of settings; ``source`` (e.g. the Variable key) appears in errors."""
     if text is None or (isinstance(text, str) and not text.strip()):
         raw: dict[str, Any] = {}
@@ -205,9 +298,7 @@ def parse_settings(text: str | dict[str, Any] | None, *, source: str = "controll
     known = set(RULES) | MAP_KEYS
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise SettingsError(
-            f"{source}: unknown key(s) {unknown}; allowed keys: {sorted(known)}"
-        )
+        raise SettingsError(f"{source}: unknown key(s) {unknown}; allowed keys: {sorted(known)}")
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key in RULES:

@@ -37,7 +37,7 @@ __all__ = [
 
 def _doc(p: PipelineConfig) -> str:
     return f"""### Kafka → Spark micro-batches: `{p.name}`
-Topics `{', '.join(p.topics)}` → `{p.sink}`, one batch every {p.batch_interval_s:g} s.
+Topics `{", ".join(p.topics)}` → `{p.sink}`, one batch every {p.batch_interval_s:g} s.
 
 * **plan** — the batch's offset ranges, sized by the PID rate (XCom: the plan, with `rate` and `lag`).
 * **ingest** — a bounded Spark job reads exactly those ranges and swaps its output in (XCom: metrics).

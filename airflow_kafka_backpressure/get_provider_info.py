@@ -50,7 +50,11 @@ LEDGER_CONNECTION = {
         "driver": {
             "label": "Driver",
             "description": "SQLAlchemy dialect+driver used with host/port/database (psycopg2 is in the 'postgres' extra).",
-            "schema": {"type": "string", "enum": ["postgresql+psycopg2", "postgresql"], "default": "postgresql+psycopg2"},
+            "schema": {
+                "type": "string",
+                "enum": ["postgresql+psycopg2", "postgresql"],
+                "default": "postgresql+psycopg2",
+            },
         },
     },
 }
@@ -89,7 +93,9 @@ def connection_types(official_kafka: bool) -> list[dict[str, Any]]:
 
 def ui_field_behaviour(conn_type: str) -> dict[str, Any]:
     """A declared form in the shape of ``BaseHook.get_ui_field_behaviour()``."""
-    declared = {c["connection-type"]: c for c in (LEDGER_CONNECTION, KAFKA_CONNECTION)}[conn_type]["ui-field-behaviour"]
+    declared = {c["connection-type"]: c for c in (LEDGER_CONNECTION, KAFKA_CONNECTION)}[conn_type][
+        "ui-field-behaviour"
+    ]
     return {
         "hidden_fields": list(declared["hidden-fields"]),
         "relabeling": dict(declared["relabeling"]),

@@ -59,7 +59,9 @@ def seal(value: Any) -> tuple[str, str]:
 def unseal(sealed: str, key: str) -> Any:
     data, pad = base64.b64decode(sealed), base64.b64decode(key)
     if len(data) != len(pad):
-        raise HandoffError("the key does not fit the sealed properties (was the spec written for another attempt?)")
+        raise HandoffError(
+            "the key does not fit the sealed properties (was the spec written for another attempt?)"
+        )
     return json.loads(bytes(a ^ b for a, b in zip(data, pad)).decode())
 
 

@@ -111,7 +111,10 @@ def batch_lineage(
             name=topic,
             inputFacets={
                 OFFSET_RANGES_FACET: ranges_facet(
-                    ranges=[{"partition": r.partition, "fromOffset": r.from_offset, "untilOffset": r.until_offset} for r in rs],
+                    ranges=[
+                        {"partition": r.partition, "fromOffset": r.from_offset, "untilOffset": r.until_offset}
+                        for r in rs
+                    ],
                     producer=PRODUCER,
                 )
             },
@@ -132,8 +135,12 @@ def batch_lineage(
     ]
     run_facets = {
         BATCH_RUN_FACET: batch_facet(
-            pipeline=pipeline, batchId=int(batch_id), replay=bool(replay), records=int(records),
-            outputPath=output_path, producer=PRODUCER,
+            pipeline=pipeline,
+            batchId=int(batch_id),
+            replay=bool(replay),
+            records=int(records),
+            outputPath=output_path,
+            producer=PRODUCER,
         )
     }
     return OperatorLineage(inputs=inputs, outputs=outputs, run_facets=run_facets)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 #: How a batch's data is written (``options["writer"]``): ``spark`` — Spark's Parquet writer, after
@@ -274,7 +274,11 @@ class Adoption:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Adoption:
         refusal = d.get("refusal")
-        return cls(str(d["token"]), tuple(OffsetRange.from_dict(r) for r in d["ranges"]), None if refusal is None else str(refusal))
+        return cls(
+            str(d["token"]),
+            tuple(OffsetRange.from_dict(r) for r in d["ranges"]),
+            None if refusal is None else str(refusal),
+        )
 
 
 def new_token() -> str:
@@ -313,11 +317,11 @@ class JobSpec:
         if self.reader not in ("auto", "python", "native"):
             raise ValueError(f"reader must be one of auto, python, native; got {self.reader!r}")
         if self.transform is not None and ":" not in self.transform:
-            raise ValueError(
-                f"transform must look like 'package.module:function', got {self.transform!r}"
-            )
+            raise ValueError(f"transform must look like 'package.module:function', got {self.transform!r}")
         if not self.token or not all(c.isalnum() or c in "-_" for c in self.token):
-            raise ValueError(f"token must be a non-empty string of letters, digits, '-', '_'; got {self.token!r}")
+            raise ValueError(
+                f"token must be a non-empty string of letters, digits, '-', '_'; got {self.token!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -39,6 +39,7 @@ DEFAULT_STALE_AFTER_S = 24 * 3600.0
 #: Batches of a pipeline the ledger keeps by default (``ledger_keep_batches``): about a week at 60 s.
 DEFAULT_LEDGER_KEEP_BATCHES = 10_000
 
+
 @dataclass(frozen=True)
 class PipelineConfig:
     name: str
@@ -62,10 +63,16 @@ class PipelineConfig:
     spark_conf: dict[str, str] = field(default_factory=dict)
     stall_timeout_s: float = 120.0
     batch_timeout_s: float | None = None  # a batch's Spark work is stopped after this; default below
-    reader_options: dict[str, Any] = field(default_factory=dict)  # reader and sink options (client, writer, parquet_*)
+    reader_options: dict[str, Any] = field(
+        default_factory=dict
+    )  # reader and sink options (client, writer, parquet_*)
     replay_interval_s: float | None = None  # how often the replay DAG looks; default 5 x batch interval
-    stale_after_s: float | None = None  # a batch planned/running this long is replayable; None: DEFAULT_STALE_AFTER_S
-    lease_s: float | None = None  # a running batch whose worker showed no sign of life this long is replayable; default 120
+    stale_after_s: float | None = (
+        None  # a batch planned/running this long is replayable; None: DEFAULT_STALE_AFTER_S
+    )
+    lease_s: float | None = (
+        None  # a running batch whose worker showed no sign of life this long is replayable; default 120
+    )
     kafka_timeout_s: float = 30.0  # bound of each broker call of the plan, record and replay tasks
     task_timeout_s: float | None = None  # execution_timeout of plan/record/scale; default derived below
     replay_deferrable: bool = True  # the replay sensor waits in the triggerer, not in a worker slot
@@ -97,7 +104,8 @@ class PipelineConfig:
             raise bad("sink", self.sink, "give a path or Hadoop URI for the output")
         if not is_absolute_location(self.sink):
             raise bad(
-                "sink", self.sink,
+                "sink",
+                self.sink,
                 "use an absolute path or a URI (/data/orders, s3://bucket/orders): a relative path means a "
                 "different directory to the Airflow worker, the Spark driver and each executor",
             )
@@ -125,9 +133,15 @@ class PipelineConfig:
         if self.executor_cores < 1:
             raise bad("executor_cores", self.executor_cores, "must be >= 1")
         if self.ledger_keep_batches is not None and self.ledger_keep_batches < 1:
-            raise bad("ledger_keep_batches", self.ledger_keep_batches, "must be >= 1 (or null: keep every batch)")
-        if self.ledger_keep_days is not None and not (math.isfinite(self.ledger_keep_days) and self.ledger_keep_days > 0):
-            raise bad("ledger_keep_days", self.ledger_keep_days, "must be a finite number of days > 0 (or null)")
+            raise bad(
+                "ledger_keep_batches", self.ledger_keep_batches, "must be >= 1 (or null: keep every batch)"
+            )
+        if self.ledger_keep_days is not None and not (
+            math.isfinite(self.ledger_keep_days) and self.ledger_keep_days > 0
+        ):
+            raise bad(
+                "ledger_keep_days", self.ledger_keep_days, "must be a finite number of days > 0 (or null)"
+            )
 
     # ----- derived names ----------------------------------------------------------------------
     @property
@@ -201,7 +215,9 @@ class PipelineConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PipelineConfig:
         if not isinstance(d, dict):
-            raise ValueError(f"a pipeline must be a JSON object with name, topics and sink; got {type(d).__name__} {d!r:.80}")
+            raise ValueError(
+                f"a pipeline must be a JSON object with name, topics and sink; got {type(d).__name__} {d!r:.80}"
+            )
         known = set(cls.__dataclass_fields__)
         unknown = sorted(str(k) for k in set(d) - known)
         if unknown:
@@ -211,7 +227,9 @@ class PipelineConfig:
         required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
         missing = [k for k in required if k not in d]
         if missing:
-            raise ValueError(f"pipeline {d.get('name')!r}: required key(s) {missing} missing (required: {required})")
+            raise ValueError(
+                f"pipeline {d.get('name')!r}: required key(s) {missing} missing (required: {required})"
+            )
         return cls(**d)
 
     @classmethod
@@ -247,7 +265,7 @@ def sink_key(sink: str) -> tuple[str, ...]:
         scheme, _, rest = sink.partition("://")
         scheme = _SCHEME_ALIASES.get(scheme.lower(), scheme.lower())
         return (scheme, *[part for part in rest.split("/") if part])
-    path = os.path.realpath(sink[len("file://"):] if sink.startswith("file://") else sink)
+    path = os.path.realpath(sink[len("file://") :] if sink.startswith("file://") else sink)
     return ("file", *[part for part in path.split(os.sep) if part])
 
 
@@ -304,15 +322,21 @@ def sink_refusal(p: PipelineConfig, spark_master: str | None) -> str | None:
                 "executors on other hosts: each would write its part of a batch to its own disk, and the commit "
                 "would publish only what this host sees (a batch committed with rows missing). Use a shared "
                 "filesystem's URI (hdfs://…), or, if this path is one shared filesystem (NFS …) mounted at the same "
-                "place on every host, set \"sink_on_shared_filesystem\": true. Nothing was planned."
+                'place on every host, set "sink_on_shared_filesystem": true. Nothing was planned.'
             )
     return None
 
 
 #: Fields holding seconds: each a finite number > 0 (or null where the field allows it).
 _SECONDS = (
-    "batch_interval_s", "stall_timeout_s", "batch_timeout_s", "replay_interval_s", "stale_after_s",
-    "kafka_timeout_s", "task_timeout_s", "lease_s",
+    "batch_interval_s",
+    "stall_timeout_s",
+    "batch_timeout_s",
+    "replay_interval_s",
+    "stale_after_s",
+    "kafka_timeout_s",
+    "task_timeout_s",
+    "lease_s",
 )
 #: Shortest schedule the DAG factory builds (batch and replay interval).
 MIN_INTERVAL_S = 1.0
@@ -325,20 +349,23 @@ def _check_timing(p: PipelineConfig, bad: Any) -> None:
         raise bad("batch_interval_s", p.batch_interval_s, f"must be at least {MIN_INTERVAL_S:g} s")
     if p.replay_interval_s is not None and p.replay_interval_s < MIN_INTERVAL_S:
         raise bad(
-            "replay_interval_s", p.replay_interval_s,
+            "replay_interval_s",
+            p.replay_interval_s,
             f"must be at least {MIN_INTERVAL_S:g} s (or null: every 5 batch intervals)",
         )
     timeout = p.batch_timeout
     if p.stall_timeout_s >= timeout:
         raise bad(
-            "stall_timeout_s", p.stall_timeout_s,
+            "stall_timeout_s",
+            p.stall_timeout_s,
             f"must be shorter than the batch timeout ({timeout:g} s, batch_timeout_s or its default): a read "
             "that stalls would be killed by the batch timeout before the stall is reported. Lower it, or raise "
             "batch_timeout_s",
         )
     if p.stale_after_s is not None and p.stale_after_s <= timeout:
         raise bad(
-            "stale_after_s", p.stale_after_s,
+            "stale_after_s",
+            p.stale_after_s,
             f"must be longer than the batch timeout ({timeout:g} s): a batch still running inside its time bound "
             "would be taken as abandoned and replayed while it writes. Raise it above batch_timeout_s, or lower "
             "batch_timeout_s",
@@ -352,7 +379,9 @@ def _check_types(p: PipelineConfig, bad: Any) -> None:
     for f in fields(PipelineConfig):
         value = getattr(p, f.name)
         hint = hints[f.name]
-        allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        allowed = (
+            typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        )
         if value is None and type(None) in allowed:
             continue
         ok = False
@@ -373,10 +402,19 @@ def _check_types(p: PipelineConfig, bad: Any) -> None:
             if ok:
                 break
         if not ok:
-            kinds = {float: "a number", int: "an integer", str: "a string", bool: "true/false",
-                     tuple: "a list of strings", dict: "an object", type(None): "null"}
+            kinds = {
+                float: "a number",
+                int: "an integer",
+                str: "a string",
+                bool: "true/false",
+                tuple: "a list of strings",
+                dict: "an object",
+                type(None): "null",
+            }
             names = " or ".join(
-                "an object of strings" if typing.get_args(t)[1:] == (str,) else kinds.get(typing.get_origin(t) or t, str(t))
+                "an object of strings"
+                if typing.get_args(t)[1:] == (str,)
+                else kinds.get(typing.get_origin(t) or t, str(t))
                 for t in allowed
             )
             raise bad(f.name, value, f"must be {names}")

@@ -123,7 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--ledger-url", help="SQLAlchemy URL of the ledger (with --from-ledger)")
     g.add_argument("--conn-id", help="Airflow connection of the ledger (with --from-ledger; needs Airflow)")
-    p.add_argument("--limit", type=int, default=DEFAULT_LEDGER_LIMIT, help="newest batches to read (default: %(default)s)")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=DEFAULT_LEDGER_LIMIT,
+        help="newest batches to read (default: %(default)s)",
+    )
     args = p.parse_args(argv)
 
     catalogue = shipped()
@@ -132,7 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name:<16} {sc.description}")
         return 0
     try:
-        base = parse_settings(args.settings, source="--settings").to_dict() if args.settings.strip() not in ("", "{}") else {}
+        base = (
+            parse_settings(args.settings, source="--settings").to_dict()
+            if args.settings.strip() not in ("", "{}")
+            else {}
+        )
         base.update(_parse_set(args.set))
         modes = list(MODES) if args.mode == "both" else [args.mode]
         for mode in modes:
@@ -157,16 +166,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     results = [simulate(sc, settings_for(mode, base)) for sc in scenarios for mode in modes]
     if args.json:
-        print(json.dumps(
-            {
-                "runs": [
-                    {"scenario": r.scenario.to_dict(), "mode": r.mode, "figures": r.figures().to_dict(), "warning": r.warning}
-                    for r in results
-                ],
-                "recorded": None if recorded is None else recorded.to_dict(),
-            },
-            indent=2,
-        ))
+        print(
+            json.dumps(
+                {
+                    "runs": [
+                        {
+                            "scenario": r.scenario.to_dict(),
+                            "mode": r.mode,
+                            "figures": r.figures().to_dict(),
+                            "warning": r.warning,
+                        }
+                        for r in results
+                    ],
+                    "recorded": None if recorded is None else recorded.to_dict(),
+                },
+                indent=2,
+            )
+        )
     else:
         for sc in scenarios:
             print(f"{sc.name}: {sc.description}")

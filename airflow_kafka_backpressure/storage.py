@@ -58,7 +58,9 @@ class Location:
 
     @property
     def parent(self) -> Location:
-        return Location(self.fs, posixpath.dirname(self.path.rstrip("/")), self.uri.rstrip("/").rsplit("/", 1)[0])
+        return Location(
+            self.fs, posixpath.dirname(self.path.rstrip("/")), self.uri.rstrip("/").rsplit("/", 1)[0]
+        )
 
     # ----- queries ------------------------------------------------------------------------------
     def _info(self) -> Any:
@@ -100,7 +102,9 @@ class Location:
         try:
             self.fs.create_dir(self.path, recursive=True)
         except OSError as e:
-            raise StorageError(f"cannot create directory {self.uri}: {e}; check the path and permissions") from e
+            raise StorageError(
+                f"cannot create directory {self.uri}: {e}; check the path and permissions"
+            ) from e
 
     def write_bytes(self, data: bytes, *, private: bool = False) -> None:
         """Write the whole file: a temporary name in the same directory, then a rename over the
@@ -145,7 +149,6 @@ class Location:
             self.fs.move(self.path, target.path)
         except OSError as e:
             raise StorageError(f"cannot rename {self.uri} to {target.uri}: {e}") from e
-
 
     def exchange_with(self, target: Location) -> bool:
         """Swap this directory and ``target`` (both exist) in one atomic step, so that a reader sees

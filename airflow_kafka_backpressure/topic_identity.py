@@ -37,11 +37,7 @@ def changed_topics(known: Mapping[str, str], current: Mapping[str, str | None]) 
     """Topics whose id on the broker differs from the one recorded: ``{topic: (recorded, now)}``.
     A topic with no recorded id (never planned, or planned before ids were kept) or missing on the
     broker now (its own error elsewhere) is not a change."""
-    return {
-        t: (known[t], now)
-        for t, now in current.items()
-        if now and known.get(t) and known[t] != now
-    }
+    return {t: (known[t], now) for t, now in current.items() if now and known.get(t) and known[t] != now}
 
 
 def archived_name(topic: str, old_id: str) -> str:
@@ -50,9 +46,13 @@ def archived_name(topic: str, old_id: str) -> str:
     return f"{topic[:240]}#{old_id[:8]}"
 
 
-def reset_refusal(pipeline: str, changed: Mapping[str, tuple[str, str]], where: str, policy: str = "fail") -> str:
+def reset_refusal(
+    pipeline: str, changed: Mapping[str, tuple[str, str]], where: str, policy: str = "fail"
+) -> str:
     """The error when ``changed`` topics stop ``where`` (planned, read for batch N, committed)."""
-    topics = ", ".join(f"{t!r} (id {old} when planned, {new} now)" for t, (old, new) in sorted(changed.items()))
+    topics = ", ".join(
+        f"{t!r} (id {old} when planned, {new} now)" for t, (old, new) in sorted(changed.items())
+    )
     head = (
         f"Pipeline {pipeline!r}: topic(s) {topics} were deleted and created again: their offsets started "
         f"again from 0, so the offsets the ledger holds no longer point at the records they did. Nothing was "
@@ -65,7 +65,7 @@ def reset_refusal(pipeline: str, changed: Mapping[str, tuple[str, str]], where: 
         )
     return head + (
         " on_topic_reset='fail' stops here. To read the new topic from its earliest offset and record the old "
-        "topic's unread offsets as lost, set \"on_topic_reset\": \"earliest\" in the pipelines file; to keep "
+        'topic\'s unread offsets as lost, set "on_topic_reset": "earliest" in the pipelines file; to keep '
         "the old data, restore the topic (a new topic cannot bring the old offsets back)."
     )
 
@@ -85,9 +85,14 @@ def topic_reset_decision(
     changed = changed_topics(plan.topic_ids, {t: current.get(t) for t in plan.topic_ids})
     if not changed:
         return ReplayDecision((), tuple(plan.ranges))
-    lost = tuple(DataLoss(r.topic, r.partition, r.from_offset, r.until_offset) for r in plan.ranges if r.topic in changed and r.count > 0)
+    lost = tuple(
+        DataLoss(r.topic, r.partition, r.from_offset, r.until_offset)
+        for r in plan.ranges
+        if r.topic in changed and r.count > 0
+    )
     ranges = tuple(
-        OffsetRange(r.topic, r.partition, r.until_offset, r.until_offset) if r.topic in changed else r for r in plan.ranges
+        OffsetRange(r.topic, r.partition, r.until_offset, r.until_offset) if r.topic in changed else r
+        for r in plan.ranges
     )
     if on_topic_reset == "earliest":
         return ReplayDecision(lost, ranges)

@@ -44,14 +44,19 @@ def one_batch(args: argparse.Namespace) -> None:
     from airflow_kafka_backpressure.models import BatchPlan, OffsetRange
 
     ranges = tuple(OffsetRange(args.topic, p, 0, args.per_partition) for p in range(args.partitions))
-    plan = BatchPlan("bench", args.batch_id, f"bench-{args.batch_id}", ranges, args.sink, 60_000, int(time.time() * 1000))
+    plan = BatchPlan(
+        "bench", args.batch_id, f"bench-{args.batch_id}", ranges, args.sink, 60_000, int(time.time() * 1000)
+    )
     hook = SparkBatchHook(engine=args.engine, reader=args.reader, timeout_s=1800)
     t0 = time.monotonic()
     metrics = hook.run(plan, 1, {"bootstrap.servers": args.bootstrap})
     wall = time.monotonic() - t0
     if metrics.records != plan.records:
         raise SystemExit(f"batch {args.batch_id}: {metrics.records} records, expected {plan.records}")
-    print("KBP_BENCH " + json.dumps({"wall_s": wall, "records": metrics.records, "processing_ms": metrics.processing_ms}))
+    print(
+        "KBP_BENCH "
+        + json.dumps({"wall_s": wall, "records": metrics.records, "processing_ms": metrics.processing_ms})
+    )
 
 
 def run_child(env: dict[str, str], *argv: str) -> dict:
@@ -60,7 +65,7 @@ def run_child(env: dict[str, str], *argv: str) -> dict:
     )
     for line in out.stdout.splitlines():
         if line.startswith("KBP_BENCH "):
-            return json.loads(line[len("KBP_BENCH "):])
+            return json.loads(line[len("KBP_BENCH ") :])
     raise SystemExit(f"batch failed ({' '.join(argv)}):\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}")
 
 
@@ -90,17 +95,20 @@ def main() -> None:
     ap.add_argument("--batch-id", type=int)
     ap.add_argument("--sink")
     ap.add_argument("--bootstrap")
-    ap.add_argument("--reader", default="auto", help="auto (Spark's Kafka connector is on both engines: native) or python")
+    ap.add_argument(
+        "--reader", default="auto", help="auto (Spark's Kafka connector is on both engines: native) or python"
+    )
     args = ap.parse_args()
     if args.one:
         return one_batch(args)
+
+    from reader_throughput import produce_records
 
     from airflow_kafka_backpressure.engines.environment import spark_submit_env
     from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
     from airflow_kafka_backpressure.local.jars import spark_kafka_conf, write_spark_defaults
     from airflow_kafka_backpressure.local.producer import ensure_topic
     from airflow_kafka_backpressure.local.spark_connect import SparkConnectServer
-    from reader_throughput import produce_records
 
     tmp_root = REPO / ".tmp"
     tmp_root.mkdir(exist_ok=True)
@@ -115,7 +123,11 @@ def main() -> None:
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{work / 'airflow.db'}",
         AIRFLOW_CONN_SPARK_DEFAULT=json.dumps(
-            {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}
+            {
+                "conn_type": "spark",
+                "host": "local[2]",
+                "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"},
+            }
         ),
         PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     )
@@ -123,9 +135,14 @@ def main() -> None:
     small: dict[str, list[float]] = {}
     big: dict[str, dict] = {}
     try:
-        with KafkaBroker(work / "kafka") as broker, SparkConnectServer(work / "connect", conf=spark_kafka_conf()) as server:
+        with (
+            KafkaBroker(work / "kafka") as broker,
+            SparkConnectServer(work / "connect", conf=spark_kafka_conf()) as server,
+        ):
             host, _, port = server.url.rpartition(":")
-            env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps({"conn_type": "spark_connect", "host": host, "port": int(port)})
+            env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps(
+                {"conn_type": "spark_connect", "host": host, "port": int(port)}
+            )
             p = args.partitions
             for topic, count in (("small", args.small), ("big", args.big)):
                 ensure_topic(broker.bootstrap, topic, p)
@@ -135,9 +152,21 @@ def main() -> None:
 
             def batch(engine: str, topic: str, count: int) -> dict:
                 return run_child(
-                    env, "--engine", engine, "--topic", topic, "--per-partition", str(count // p),
-                    "--partitions", str(p), "--batch-id", str(next(batch_ids)),
-                    "--sink", str(work / f"sink-{engine}"), "--bootstrap", broker.bootstrap,
+                    env,
+                    "--engine",
+                    engine,
+                    "--topic",
+                    topic,
+                    "--per-partition",
+                    str(count // p),
+                    "--partitions",
+                    str(p),
+                    "--batch-id",
+                    str(next(batch_ids)),
+                    "--sink",
+                    str(work / f"sink-{engine}"),
+                    "--bootstrap",
+                    broker.bootstrap,
                 )
 
             warm = batch("connect", "small", args.small)  # the server's first batch: workers, registration

@@ -65,7 +65,10 @@ def fmt(v: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--svg", help="write the plot of the scenarios (their own length and seed) here, e.g. docs/controller-bench.svg")
+    p.add_argument(
+        "--svg",
+        help="write the plot of the scenarios (their own length and seed) here, e.g. docs/controller-bench.svg",
+    )
     args = p.parse_args(argv)
 
     started = time.perf_counter()
@@ -93,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{c.describe():>10}  {'ok' if ok else 'FAILED'}"
             )
 
-    print("\nall figures (over: pooled share of runs over the interval; read: worst records read / arrived; "
-          "drain: worst / physical limit; trend: worst lag trend / arrivals per interval)\n")
+    print(
+        "\nall figures (over: pooled share of runs over the interval; read: worst records read / arrived; "
+        "drain: worst / physical limit; trend: worst lag trend / arrivals per interval)\n"
+    )
     cols = ("over", "read", "rec/s", "drain", "trend", "final lag")
     head = f"{'scenario':<15} {'who':<5} " + " ".join(f"{c:>9}" for c in cols)
     print(head)
@@ -102,13 +107,24 @@ def main(argv: list[str] | None = None) -> int:
     for name, s in sweeps.items():
         for who, figs in ((SPARK, s.by_mode[SPARK]), (COST, s.by_mode[COST]), ("floor", s.floor)):
             row = summary(s, figs)
-            cells = [f"{row['over']:.1%}", f"{row['read']:.4f}", fmt(row["rec/s"]), fmt(row["drain"]), f"{row['trend']:+.4f}", fmt(row["final lag"])]
+            cells = [
+                f"{row['over']:.1%}",
+                f"{row['read']:.4f}",
+                fmt(row["rec/s"]),
+                fmt(row["drain"]),
+                f"{row['trend']:+.4f}",
+                fmt(row["final lag"]),
+            ]
             print(f"{name:<15} {who:<5} " + " ".join(f"{c:>9}" for c in cells))
 
     noise = sweeps["noise-90"]
-    print("\nnoise-90 per seed (iid ±20%, 90% load): share over the interval, cost − floor, cost's read / arrived")
+    print(
+        "\nnoise-90 per seed (iid ±20%, 90% load): share over the interval, cost − floor, cost's read / arrived"
+    )
     for seed, c, f in zip(SEEDS, noise.by_mode[COST], noise.floor):
-        print(f"  seed {seed:>2}: cost {c.over_share:6.1%}  floor {f.over_share:6.1%}  {c.over_share - f.over_share:+6.1%}  read {c.read_share:.4f}")
+        print(
+            f"  seed {seed:>2}: cost {c.over_share:6.1%}  floor {f.over_share:6.1%}  {c.over_share - f.over_share:+6.1%}  read {c.read_share:.4f}"
+        )
 
     if args.svg:
         rows = [

@@ -74,9 +74,15 @@ def main() -> None:
     led = Ledger(url)
     try:
         led.upgrade()
-        print(f"ledger {led.url}; {args.partitions} partitions, {WIDTH} offsets per range, "
-              f"median of {args.samples} batches per checkpoint")
-        print(f"{'history':>9} " + " ".join(f"{s + ' ms':>15}" for s in STEPS) + f" {'total ms':>10} {'CPU ms':>8}")
+        print(
+            f"ledger {led.url}; {args.partitions} partitions, {WIDTH} offsets per range, "
+            f"median of {args.samples} batches per checkpoint"
+        )
+        print(
+            f"{'history':>9} "
+            + " ".join(f"{s + ' ms':>15}" for s in STEPS)
+            + f" {'total ms':>10} {'CPU ms':>8}"
+        )
         written, totals, cpus, started = 0, [], [], time.monotonic()
         for checkpoint in checkpoints:
             while written < checkpoint - 1:  # history before the timed batches
@@ -91,13 +97,21 @@ def main() -> None:
             cpu = statistics.median(x["cpu"] for x in samples) * 1000
             totals.append(total)
             cpus.append(cpu)
-            print(f"{checkpoint:>9} " + " ".join(f"{median[s]:>15.1f}" for s in STEPS) + f" {total:>10.1f} {cpu:>8.1f}",
-                  flush=True)
+            print(
+                f"{checkpoint:>9} "
+                + " ".join(f"{median[s]:>15.1f}" for s in STEPS)
+                + f" {total:>10.1f} {cpu:>8.1f}",
+                flush=True,
+            )
         for first in checkpoints[: min(2, len(checkpoints) - 1)]:  # the 1st is an almost empty database
             k = checkpoints.index(first)
-            print(f"ratio at {checkpoints[-1]} / at {first} batches: total {totals[-1] / totals[k]:.2f}, "
-                  f"CPU {cpus[-1] / cpus[k]:.2f}")
-        print(f"({written} batches, {written * args.partitions} ranges written in {time.monotonic() - started:.0f} s)")
+            print(
+                f"ratio at {checkpoints[-1]} / at {first} batches: total {totals[-1] / totals[k]:.2f}, "
+                f"CPU {cpus[-1] / cpus[k]:.2f}"
+            )
+        print(
+            f"({written} batches, {written * args.partitions} ranges written in {time.monotonic() - started:.0f} s)"
+        )
     finally:
         led.dispose()
         if work is not None:

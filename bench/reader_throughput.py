@@ -65,11 +65,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
 from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
 from airflow_kafka_backpressure.local.jars import spark_kafka_conf
 from airflow_kafka_backpressure.local.producer import demo_record, ensure_topic
 from airflow_kafka_backpressure.models import BatchPlan, JobSpec, OffsetRange
-from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -148,7 +148,9 @@ def kafka_python_consumer(bootstrap: str, ranges: list[OffsetRange]) -> int:
     """One kafka-python consumer over all ranges; counts the records inside them."""
     from kafka import KafkaConsumer, TopicPartition
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, max_poll_records=10_000)
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, max_poll_records=10_000
+    )
     until = {TopicPartition(r.topic, r.partition): r.until_offset for r in ranges}
     c.assign(list(until))
     for r in ranges:
@@ -169,7 +171,9 @@ def read_range_loop(client: str, batch: int) -> Callable[[str, list[OffsetRange]
 
         props = {"bootstrap.servers": bootstrap}
         return sum(
-            b.num_rows for r in ranges for b in read_range(r, props, client=client, max_records_per_batch=batch)
+            b.num_rows
+            for r in ranges
+            for b in read_range(r, props, client=client, max_records_per_batch=batch)
         )
 
     return run
@@ -208,7 +212,11 @@ PAIRED = (
 
 
 def run_lines(
-    results: dict[str, float] | None, paired: dict[str, list[float]], total: int, lines: list[Line], rounds: int
+    results: dict[str, float] | None,
+    paired: dict[str, list[float]],
+    total: int,
+    lines: list[Line],
+    rounds: int,
 ) -> None:
     """Every line once per round, round after round, keeping each line's best: lines interleaved
     meet the same background load, so their ratios hold better on a shared machine.
@@ -256,18 +264,25 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--payload-bytes", type=int, default=100)
     ap.add_argument(
-        "--records-per-batch", type=int, default=1000,
+        "--records-per-batch",
+        type=int,
+        default=1000,
         help="records per Kafka record batch when producing (at most; a real producer batches)",
     )
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--max-records-per-batch", type=int, default=None, help="Arrow batch rows (reader default)")
+    ap.add_argument(
+        "--max-records-per-batch", type=int, default=None, help="Arrow batch rows (reader default)"
+    )
     ap.add_argument("--max-records-per-partition", type=int, default=None, help="split size (reader default)")
     ap.add_argument("--min-partitions", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=5, help="rounds over all lines; each line's best is kept")
-    ap.add_argument("--warmup", type=int, default=1, help="uncounted rounds over all lines before the timed ones")
+    ap.add_argument(
+        "--warmup", type=int, default=1, help="uncounted rounds over all lines before the timed ones"
+    )
     ap.add_argument("--skip-spark", action="store_true", help="only the plain-Python lines")
     ap.add_argument(
-        "--no-kafka-python", action="store_true",
+        "--no-kafka-python",
+        action="store_true",
         help="leave out the kafka-python lines (~30x slower than confluent-kafka on batched records: minutes per round at 10^6)",
     )
     args = ap.parse_args()
@@ -276,7 +291,9 @@ def main() -> None:
     from airflow_kafka_backpressure.spark.range_reader import DEFAULT_MAX_RECORDS_PER_BATCH
 
     if not confluent_available():
-        raise SystemExit("the baseline needs confluent-kafka: pip install -c constraints.txt -e '.[confluent]'")
+        raise SystemExit(
+            "the baseline needs confluent-kafka: pip install -c constraints.txt -e '.[confluent]'"
+        )
     batch = args.max_records_per_batch or DEFAULT_MAX_RECORDS_PER_BATCH
     clients = reader_clients(args)
     tmp_root = REPO / ".tmp"
@@ -292,7 +309,12 @@ def main() -> None:
             ensure_topic(broker.bootstrap, topic, args.partitions)
             t0 = time.monotonic()
             produce_records(
-                broker.bootstrap, topic, args.records, args.partitions, args.payload_bytes, args.records_per_batch
+                broker.bootstrap,
+                topic,
+                args.records,
+                args.partitions,
+                args.payload_bytes,
+                args.records_per_batch,
             )
             print(f"produced {args.records} records in {time.monotonic() - t0:.1f}s", flush=True)
             per = args.records // args.partitions
@@ -364,12 +386,12 @@ def spark_reads(
     """The first Data Source query of the session, and the warm Spark lines."""
     from airflow_kafka_backpressure.spark import registry
     from airflow_kafka_backpressure.spark.job import native_options, run_batch
-    from airflow_kafka_backpressure.spark.sink import plain_column_options
     from airflow_kafka_backpressure.spark.kafka_range_source import (
         SOURCE_NAME,
         KafkaRangeDataSource,
         range_source_options,
     )
+    from airflow_kafka_backpressure.spark.sink import plain_column_options
 
     registry.register(spark, KafkaRangeDataSource)
     clients = reader_clients(args)
@@ -397,19 +419,29 @@ def spark_reads(
 
     def job(reader: str, writer: str) -> int:  # a new attempt each time (fenced): it replaces the same batch
         spec = JobSpec(
-            plan=plan, kafka=props, launched_at_ms=0, min_partitions=tuning.get("min_partitions"),
-            options={**options, "writer": writer}, attempt=next(attempts), reader=reader,
+            plan=plan,
+            kafka=props,
+            launched_at_ms=0,
+            min_partitions=tuning.get("min_partitions"),
+            options={**options, "writer": writer},
+            attempt=next(attempts),
+            reader=reader,
         )
         return run_batch(spark, spec).records
 
     def native_noop() -> int:
-        df = spark.read.format("kafka").options(**native_options(JobSpec(plan=plan, kafka=props, launched_at_ms=0))).load()
+        df = (
+            spark.read.format("kafka")
+            .options(**native_options(JobSpec(plan=plan, kafka=props, launched_at_ms=0)))
+            .load()
+        )
         df.write.format("noop").mode("overwrite").save()
         return total
 
     warm: list[Line] = [
         (f"data source {client} (warm)", lambda c=client: data_source(c)) for client in clients
     ]
+
     def data_source_parquet(plain_columns: tuple[str, ...] | None) -> int:
         opts = range_source_options(ranges, props, client="confluent", **tuning)
         df = spark.read.format(SOURCE_NAME).options(**opts).load()

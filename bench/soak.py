@@ -42,13 +42,13 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.faults.pause_point import PAUSE_DIR_ENV as PAUSE_AFTER_COMMIT_DIR_ENV  # noqa: E402
 from airflow_kafka_backpressure.ledger import Ledger  # noqa: E402
 from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker  # noqa: E402
 from airflow_kafka_backpressure.local.jars import spark_kafka_conf, write_spark_defaults  # noqa: E402
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce  # noqa: E402
 from airflow_kafka_backpressure.pipeline import PipelineConfig  # noqa: E402
 from tests.faults.harness import HarnessError, Standalone, check_pipeline, wait_for, wait_until_consistent  # noqa: E402
+from tests.faults.pause_point import PAUSE_DIR_ENV as PAUSE_AFTER_COMMIT_DIR_ENV  # noqa: E402
 from tests.fixtures_postgres import LocalPostgres  # noqa: E402
 
 KINDS = ("driver_kill", "swap_kill", "broker_freeze", "ledger_outage", "cleared_run", "backfill")
@@ -57,15 +57,21 @@ FINISHED = ("succeeded", "replayed", "abandoned")
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batches", type=int, default=10, help="stop producing after this many batches (ledger rows)")
+    ap.add_argument(
+        "--batches", type=int, default=10, help="stop producing after this many batches (ledger rows)"
+    )
     ap.add_argument("--fault-rate", type=float, default=0.1, help="probability of a fault per batch")
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, among {','.join(KINDS)}")
     ap.add_argument("--rate", type=float, default=10.0, help="records/s produced")
     ap.add_argument("--interval-s", type=float, default=15.0, help="batch interval")
     ap.add_argument("--freeze-s", type=float, default=40.0)
     ap.add_argument("--outage-s", type=float, default=25.0)
-    ap.add_argument("--max-minutes", type=float, default=None,
-                    help="stop producing after this long even if fewer batches ran (the report says how many)")
+    ap.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="stop producing after this long even if fewer batches ran (the report says how many)",
+    )
     ap.add_argument("--recover-timeout-s", type=float, default=600.0)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--work-dir", default=str(REPO / ".tmp" / f"soak-{os.getpid()}"))
@@ -91,9 +97,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ledger_url = postgres.start()
         p = PipelineConfig(
-            name="soak", topics=("soak-events",), sink=str(root / "sink"), ledger_conn_id="kbp_ledger_soak",
-            batch_interval_s=args.interval_s, replay_interval_s=args.interval_s * 4 / 3, lease_s=20,
-            stall_timeout_s=20, batch_timeout_s=480, driver_memory="512m",
+            name="soak",
+            topics=("soak-events",),
+            sink=str(root / "sink"),
+            ledger_conn_id="kbp_ledger_soak",
+            batch_interval_s=args.interval_s,
+            replay_interval_s=args.interval_s * 4 / 3,
+            lease_s=20,
+            stall_timeout_s=20,
+            batch_timeout_s=480,
+            driver_memory="512m",
         )
         ensure_topic(broker.bootstrap, p.topics[0], 2)
         pause_dir = root / "pause"
@@ -101,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         from tests.faults.conftest import SETTINGS, connections
 
         standalone = Standalone(
-            root / "airflow", [p], connections(broker.bootstrap, {"kbp_ledger_soak": ledger_url}),
+            root / "airflow",
+            [p],
+            connections(broker.bootstrap, {"kbp_ledger_soak": ledger_url}),
             extra_env={PAUSE_AFTER_COMMIT_DIR_ENV: str(pause_dir), "SPARK_LOCAL_DIRS": str(root / "spark")},
         ).start()
         standalone.set_variable(p.settings_variable, SETTINGS)
@@ -110,7 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         def producer() -> None:
             while not stop_producing.is_set():
                 try:
-                    produced[0] += produce(broker.bootstrap, p.topics[0], count=int(args.rate), partitions=2, start_id=produced[0])
+                    produced[0] += produce(
+                        broker.bootstrap,
+                        p.topics[0],
+                        count=int(args.rate),
+                        partitions=2,
+                        start_id=produced[0],
+                    )
                 except Exception as e:  # noqa: BLE001 - the broker is frozen (an injected fault): try again
                     print(f"producer: {type(e).__name__}: {e}; retrying", flush=True)
                 stop_producing.wait(1.0)
@@ -159,21 +180,35 @@ def main(argv: list[str] | None = None) -> int:
             before = {b.batch_id for b in batches() if b.status not in FINISHED}
             at = time.monotonic()
             try:
-                inject(kind, driver=driver, standalone=standalone, broker=broker, postgres=postgres, p=p,
-                       ledger=ledger, pause_dir=pause_dir, args=args, rng=rng)
+                inject(
+                    kind,
+                    driver=driver,
+                    standalone=standalone,
+                    broker=broker,
+                    postgres=postgres,
+                    p=p,
+                    ledger=ledger,
+                    pause_dir=pause_dir,
+                    args=args,
+                    rng=rng,
+                )
             except HarnessError as e:
                 print(f"[{time.monotonic() - started:6.0f}s] fault {kind} not injected: {e}", flush=True)
                 continue
             faults[kind] += 1
             ids = before | {b.batch_id for b in batches() if b.status not in FINISHED}
             pending.append((kind, at, ids))
-            print(f"[{time.monotonic() - started:6.0f}s] injected {kind} (batches {len(batches())})", flush=True)
+            print(
+                f"[{time.monotonic() - started:6.0f}s] injected {kind} (batches {len(batches())})", flush=True
+            )
 
         stop_producing.set()
         time.sleep(1.5)
         end_at = time.monotonic()
         try:
-            outcome, took = wait_until_consistent(standalone, p, ledger_url, broker.bootstrap, args.recover_timeout_s)
+            outcome, took = wait_until_consistent(
+                standalone, p, ledger_url, broker.bootstrap, args.recover_timeout_s
+            )
         except HarnessError as e:
             print(f"NOT RECOVERED: {e}", flush=True)
             outcome, took = check_pipeline(p, ledger_url, broker.bootstrap), time.monotonic() - end_at
@@ -215,8 +250,19 @@ def main(argv: list[str] | None = None) -> int:
         postgres.stop()
 
 
-def inject(kind: str, *, driver, standalone: Standalone, broker: KafkaBroker, postgres: LocalPostgres,
-           p: PipelineConfig, ledger: Ledger, pause_dir: Path, args, rng: random.Random) -> None:
+def inject(
+    kind: str,
+    *,
+    driver,
+    standalone: Standalone,
+    broker: KafkaBroker,
+    postgres: LocalPostgres,
+    p: PipelineConfig,
+    ledger: Ledger,
+    pause_dir: Path,
+    args,
+    rng: random.Random,
+) -> None:
     if kind == "driver_kill":
         time.sleep(rng.uniform(1, 5))
         try:
@@ -253,9 +299,19 @@ def inject(kind: str, *, driver, standalone: Standalone, broker: KafkaBroker, po
             raise HarnessError("no finished batch to clear yet")
         standalone.clear_run(p.ingest_dag_id, rng.choice(done).run_id)
     elif kind == "backfill":
-        start = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1, seconds=rng.randrange(3600))
-        r = standalone.airflow("backfill", "create", "--dag-id", p.ingest_dag_id, "--from-date", start.isoformat(),
-                               "--to-date", (start + timedelta(seconds=p.batch_interval_s)).isoformat())
+        start = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(
+            hours=1, seconds=rng.randrange(3600)
+        )
+        r = standalone.airflow(
+            "backfill",
+            "create",
+            "--dag-id",
+            p.ingest_dag_id,
+            "--from-date",
+            start.isoformat(),
+            "--to-date",
+            (start + timedelta(seconds=p.batch_interval_s)).isoformat(),
+        )
         if r.returncode != 0:
             raise HarnessError(f"backfill refused: {(r.stdout + r.stderr).strip()[-300:]}")
     else:  # pragma: no cover - checked by the argument parser

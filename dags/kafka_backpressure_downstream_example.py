@@ -38,8 +38,13 @@ def build_downstream_dag(pipeline) -> DAG:
             data = ds.dataset(batch["output_path"], format="parquet")
             rows = data.count_rows()
             print(f"batch {batch['batch_id']} (replay={batch['replay']}): {rows} rows from {batch['ranges']}")
-            return {"batch_id": batch["batch_id"], "rows": rows, "records": batch["records"],
-                    "replay": batch["replay"], "ranges": batch["ranges"]}
+            return {
+                "batch_id": batch["batch_id"],
+                "rows": rows,
+                "records": batch["records"],
+                "replay": batch["replay"],
+                "ranges": batch["ranges"],
+            }
 
         read_batch()
     return dag

@@ -198,7 +198,9 @@ def check_exactly_once(args: argparse.Namespace, rows: list[dict]) -> None:
     wrong = {b: (per_batch.get(b, 0), n) for b, n in ledger.items() if per_batch.get(b, 0) != n}
     if wrong:
         raise CheckFailed(f"records per batch, sink vs ledger: {wrong}")
-    log(f"exactly once: all {len(sent)} produced records are in the sink once, in {len(per_batch)} batch directories")
+    log(
+        f"exactly once: all {len(sent)} produced records are in the sink once, in {len(per_batch)} batch directories"
+    )
 
 
 def check_reader(args: argparse.Namespace) -> None:
@@ -211,7 +213,9 @@ def check_reader(args: argparse.Namespace) -> None:
         if manifest.get("records"):
             readers[manifest.get("reader")] += 1
     if set(readers) != {args.reader}:
-        raise CheckFailed(f"readers of the batches with records: {dict(readers)}; expected only {args.reader!r}")
+        raise CheckFailed(
+            f"readers of the batches with records: {dict(readers)}; expected only {args.reader!r}"
+        )
     log(f"reader: all {sum(readers.values())} batches with records read with reader={args.reader}")
 
 
@@ -220,7 +224,9 @@ def airflow_session(args: argparse.Namespace):
     import requests
 
     s = requests.Session()
-    token = s.post(f"{args.airflow}/auth/token", json={"username": "admin", "password": args.password}, timeout=30)
+    token = s.post(
+        f"{args.airflow}/auth/token", json={"username": "admin", "password": args.password}, timeout=30
+    )
     if token.status_code not in (200, 201):
         raise CheckFailed(f"POST /auth/token: HTTP {token.status_code}: {token.text[:200]}")
     s.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
@@ -234,7 +240,9 @@ def unthrottle(args: argparse.Namespace) -> None:
     key = f"kbp.{PIPELINE}.settings"
     settings = json.loads(airflow_get(args, s, f"/api/v2/variables/{key}").json()["value"])
     settings["backpressure_enabled"] = False
-    r = s.patch(f"{args.airflow}/api/v2/variables/{key}", json={"key": key, "value": json.dumps(settings)}, timeout=30)
+    r = s.patch(
+        f"{args.airflow}/api/v2/variables/{key}", json={"key": key, "value": json.dumps(settings)}, timeout=30
+    )
     if r.status_code != 200:
         raise CheckFailed(f"PATCH /api/v2/variables/{key}: HTTP {r.status_code}: {r.text[:300]}")
     log(f"Variable {key}: backpressure_enabled = false")
@@ -257,18 +265,29 @@ def check_scaling(args: argparse.Namespace, rows: list[dict]) -> None:
 
     # the executor target Variable and the monitoring page's data (Airflow's REST API, with a token)
     s = airflow_session(args)
-    target = json.loads(airflow_get(args, s, f"/api/v2/variables/kbp.{PIPELINE}.executor_target").json()["value"])
+    target = json.loads(
+        airflow_get(args, s, f"/api/v2/variables/kbp.{PIPELINE}.executor_target").json()["value"]
+    )
     if target.get("previous") is None or target["previous"] == target["executors"]:
         raise CheckFailed(f"the executor target never changed: {target}")
-    page = {b["batch_id"]: b["executors"] for b in airflow_get(args, s, f"/kafka-backpressure/pipelines/{PIPELINE}/batches").json()["batches"]}
-    differ = {b["batch_id"]: (b["executors"], page.get(b["batch_id"])) for b in done if page.get(b["batch_id"]) != b["executors"]}
+    page = {
+        b["batch_id"]: b["executors"]
+        for b in airflow_get(args, s, f"/kafka-backpressure/pipelines/{PIPELINE}/batches").json()["batches"]
+    }
+    differ = {
+        b["batch_id"]: (b["executors"], page.get(b["batch_id"]))
+        for b in done
+        if page.get(b["batch_id"]) != b["executors"]
+    }
     if differ:
         raise CheckFailed(f"monitoring page executors differ from the ledger (ledger, page): {differ}")
     html = airflow_get(args, s, "/kafka-backpressure/").text
     if "plot-executors" not in html:
         raise CheckFailed("the monitoring page has no executors chart")
     airflow_get(args, s, "/plugin/kafka-backpressure")  # the page's place in the Airflow UI
-    log(f"executor target {target['previous']} -> {target['executors']}; monitoring page executors per batch {[page[b['batch_id']] for b in done]}")
+    log(
+        f"executor target {target['previous']} -> {target['executors']}; monitoring page executors per batch {[page[b['batch_id']] for b in done]}"
+    )
 
     # the batches' executors on the worker containers: the master names each application's id
     master = requests.get(f"{args.spark_ui}/json/", timeout=30).json()
@@ -277,7 +296,9 @@ def check_scaling(args: argparse.Namespace, rows: list[dict]) -> None:
     for worker in args.workers:
         out = subprocess.run(
             ["docker", "exec", worker, "sh", "-c", "cd /opt/spark-work && ls -d app-*/* 2>/dev/null || true"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.split()
         for path in out:
             placed.setdefault(path.split("/")[0], []).append(worker)
@@ -287,7 +308,9 @@ def check_scaling(args: argparse.Namespace, rows: list[dict]) -> None:
             raise CheckFailed(f"batch {b['batch_id']}: no Spark application on the master")
         on = placed.get(app, [])
         if len(on) != b["executors"]:
-            raise CheckFailed(f"batch {b['batch_id']} ({app}): ledger says {b['executors']} executors, workers ran {len(on)}: {on}")
+            raise CheckFailed(
+                f"batch {b['batch_id']} ({app}): ledger says {b['executors']} executors, workers ran {len(on)}: {on}"
+            )
         if b["executors"] > 1 and len(set(on)) < 2:
             raise CheckFailed(f"batch {b['batch_id']} ({app}): {b['executors']} executors all on {on[0]}")
         log(f"batch {b['batch_id']} ({app}): {len(on)} executor(s) on {sorted(Counter(on).items())}")
@@ -308,8 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reader", default="native", help="the reader every batch with records must have used")
     p.add_argument("--airflow", default="http://127.0.0.1:27880")
     p.add_argument("--spark-ui", default="http://127.0.0.1:27080")
-    p.add_argument("--password", default=os.environ.get("AIRFLOW_ADMIN_PASSWORD", ""),
-                   help="the Airflow admin's password (default: env AIRFLOW_ADMIN_PASSWORD)")
+    p.add_argument(
+        "--password",
+        default=os.environ.get("AIRFLOW_ADMIN_PASSWORD", ""),
+        help="the Airflow admin's password (default: env AIRFLOW_ADMIN_PASSWORD)",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     w = sub.add_parser("wait-batches")
     w.add_argument("--min", type=int, default=3)

@@ -70,7 +70,7 @@ def find_postgres_bin() -> Path:
     raise PostgresUnavailable(
         "No PostgreSQL server binaries (initdb, postgres) on PATH or under /usr/lib/postgresql/*/bin. "
         "Install them (Debian: apt-get install postgresql), or point the tests at a server with "
-        f"{ENV_URL}=postgresql+psycopg2://user:password@host:port/db (e.g. eval \"$(.ci/postgres.sh)\"), "
+        f'{ENV_URL}=postgresql+psycopg2://user:password@host:port/db (e.g. eval "$(.ci/postgres.sh)"), '
         f"or set {ENV_SKIP}=1 to skip the PostgreSQL tests."
     )
 
@@ -111,7 +111,10 @@ class LocalPostgres:
         if self.run_as is not None and not _searchable_by(base_dir.parent, self.run_as):
             user = self.run_as
             # TMPDIR may point into the checkout itself (the Spark environment sets it there)
-            tmp = next((d for d in (tempfile.gettempdir(), "/tmp", "/var/tmp") if _searchable_by(Path(d), user)), None)
+            tmp = next(
+                (d for d in (tempfile.gettempdir(), "/tmp", "/var/tmp") if _searchable_by(Path(d), user)),
+                None,
+            )
             if tmp is None:
                 raise PostgresUnavailable(
                     f"Running as root, the server runs as {user!r}, which can reach neither {base_dir.parent} "
@@ -181,12 +184,15 @@ class LocalPostgres:
         self._run(
             [
                 str(self.bin_dir / "initdb"),
-                "-D", str(self.data_dir),
-                "-U", "postgres",
+                "-D",
+                str(self.data_dir),
+                "-U",
+                "postgres",
                 f"--pwfile={pwfile}",
                 "--auth-local=trust",  # the unix socket in base_dir (only the test's own user reaches it)
                 "--auth-host=scram-sha-256",
-                "-E", "UTF8",
+                "-E",
+                "UTF8",
                 "--locale=C",
                 "--no-sync",
             ],
@@ -219,15 +225,24 @@ class LocalPostgres:
             self.proc = subprocess.Popen(
                 [
                     str(self.bin_dir / "postgres"),
-                    "-D", str(self.data_dir),
-                    "-h", "127.0.0.1",
-                    "-p", str(self.port),
-                    "-k", str(self.socket_dir),
-                    "-c", "fsync=off",
-                    "-c", "synchronous_commit=off",
-                    "-c", "full_page_writes=off",
-                    "-c", "max_connections=100",
-                    "-c", "logging_collector=off",
+                    "-D",
+                    str(self.data_dir),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.socket_dir),
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "synchronous_commit=off",
+                    "-c",
+                    "full_page_writes=off",
+                    "-c",
+                    "max_connections=100",
+                    "-c",
+                    "logging_collector=off",
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -256,7 +271,12 @@ class LocalPostgres:
         import psycopg2
 
         return psycopg2.connect(
-            host="127.0.0.1", port=self.port, user="postgres", password=self.password, dbname=dbname, connect_timeout=2
+            host="127.0.0.1",
+            port=self.port,
+            user="postgres",
+            password=self.password,
+            dbname=dbname,
+            connect_timeout=2,
         )
 
     def _wait_ready(self) -> None:

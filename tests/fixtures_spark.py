@@ -86,7 +86,9 @@ def _shutdown_gateway() -> None:
 
 
 @pytest.fixture(scope="session")
-def spark_submit(spark_work_dir: Path, spark_kafka_connector: str) -> Callable[..., subprocess.CompletedProcess[str]]:
+def spark_submit(
+    spark_work_dir: Path, spark_kafka_connector: str
+) -> Callable[..., subprocess.CompletedProcess[str]]:
     from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
 
     def run(
@@ -105,7 +107,12 @@ def spark_submit(spark_work_dir: Path, spark_kafka_connector: str) -> Callable[.
         full_env = dict(os.environ)
         full_env.update(spark_submit_env(spark_work_dir, env))
         return subprocess.run(
-            cmd, env=full_env, capture_output=True, text=True, timeout=SPARK_SUBMIT_TIMEOUT_S, cwd=spark_work_dir
+            cmd,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=SPARK_SUBMIT_TIMEOUT_S,
+            cwd=spark_work_dir,
         )
 
     return run
@@ -158,7 +165,9 @@ class StandaloneCluster:
                 raise AssertionError(f"the master lists no completed application named {name!r}")
             time.sleep(0.5)
 
-    def finished_executors(self, app_id: str, expected: int | None = None, timeout_s: float = 60) -> list[dict]:
+    def finished_executors(
+        self, app_id: str, expected: int | None = None, timeout_s: float = 60
+    ) -> list[dict]:
         """The worker's finished executors of ``app_id`` (waits until ``expected`` are listed:
         the worker moves an executor to the finished list only once its process has exited)."""
         import time
@@ -230,28 +239,55 @@ def spark_standalone() -> Iterator[StandaloneCluster]:
         f = open(log, "w")  # noqa: SIM115 - closed at teardown
         logs.append(f)
         proc = subprocess.Popen(
-            [spark_class, *args], env=env, cwd=root, stdout=f, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            [spark_class, *args],
+            env=env,
+            cwd=root,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         procs.append(proc)
         return proc, log
 
     try:
         master, master_log = start(
-            "master", "org.apache.spark.deploy.master.Master",
-            "--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--webui-port",
+            "0",
         )
         master_url = _wait_for_log(
-            master, master_log, r"Starting Spark master at (spark://127\.0\.0\.1:\d+)", STANDALONE_START_TIMEOUT_S
+            master,
+            master_log,
+            r"Starting Spark master at (spark://127\.0\.0\.1:\d+)",
+            STANDALONE_START_TIMEOUT_S,
         )
         ui_port = _wait_for_log(
-            master, master_log, r"Successfully started service 'MasterUI' on port (\d+)", STANDALONE_START_TIMEOUT_S
+            master,
+            master_log,
+            r"Successfully started service 'MasterUI' on port (\d+)",
+            STANDALONE_START_TIMEOUT_S,
         )
         web_ui_url = f"http://127.0.0.1:{ui_port}"
         worker, worker_log = start(
-            "worker", "org.apache.spark.deploy.worker.Worker", master_url,
-            "--host", "127.0.0.1", "--cores", str(STANDALONE_WORKER_CORES),
-            "--memory", STANDALONE_WORKER_MEMORY, "--webui-port", "0", "--work-dir", str(worker_dir),
+            "worker",
+            "org.apache.spark.deploy.worker.Worker",
+            master_url,
+            "--host",
+            "127.0.0.1",
+            "--cores",
+            str(STANDALONE_WORKER_CORES),
+            "--memory",
+            STANDALONE_WORKER_MEMORY,
+            "--webui-port",
+            "0",
+            "--work-dir",
+            str(worker_dir),
         )
         cluster = StandaloneCluster(master_url, web_ui_url, "", root)
         deadline = time.monotonic() + STANDALONE_START_TIMEOUT_S
@@ -290,7 +326,6 @@ def spark_connect(spark_kafka_connector: str) -> Iterator[object]:
     import uuid
 
     from airflow_kafka_backpressure.local.spark_connect import SparkConnectServer
-
     from tests.local_servers import served
 
     root = _TMP_ROOT / f"spark-connect-{os.getpid()}-{uuid.uuid4().hex[:6]}"

@@ -251,9 +251,7 @@ def plan_ranges(
     capped = cap_records(current, until, limits.max_records_per_batch)
     limited = max_messages is not None or capped != until
     until = capped
-    ranges = tuple(
-        OffsetRange(tp.topic, tp.partition, current[tp], until[tp]) for tp in sorted(latest)
-    )
+    ranges = tuple(OffsetRange(tp.topic, tp.partition, current[tp], until[tp]) for tp in sorted(latest))
     rate_used: float | None = None
     if latest_rate is not None:
         rate_used = float(latest_rate if latest_rate > 0 else limits.initial_rate) or None

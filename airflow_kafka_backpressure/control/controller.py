@@ -95,7 +95,9 @@ class Waiting:
         if not isinstance(d, dict) or not all(
             isinstance(d.get(k), int) and not isinstance(d.get(k), bool) and d[k] >= 0 for k in names
         ):
-            raise ControllerStateError(f"{where}.waiting = {d!r} is invalid: expected {{{', '.join(names)}}} (whole numbers >= 0) or null")
+            raise ControllerStateError(
+                f"{where}.waiting = {d!r} is invalid: expected {{{', '.join(names)}}} (whole numbers >= 0) or null"
+            )
         return cls(*(int(d[k]) for k in names))
 
 
@@ -152,12 +154,22 @@ class PipelineController:
         it planned it (the cost mode's correction learns only from its own budgets; in the spark mode
         it is reset, so a switch to the cost mode starts it from zero)."""
         batch = FinishedBatch(
-            batch_id, time_ms, records, processing_ms, scheduling_delay_ms, executors, left_behind, budget, batch_interval_s
+            batch_id,
+            time_ms,
+            records,
+            processing_ms,
+            scheduling_delay_ms,
+            executors,
+            left_behind,
+            budget,
+            batch_interval_s,
         )
         params = params or CostParams()
         if window_batches is not None and window_batches != params.window_batches:
             params = replace(params, window_batches=window_batches)
-        out = {name: mode.observe(batch, params, active=name == self.mode) for name, mode in self.modes().items()}
+        out = {
+            name: mode.observe(batch, params, active=name == self.mode) for name, mode in self.modes().items()
+        }
         self.waiting = None
         return Feedback(out[SPARK], out[COST])
 
@@ -188,7 +200,9 @@ class PipelineController:
         return fixed_cost_warning(self.cost.fit(), batch_interval_s)
 
     # ----- state ---------------------------------------------------------------------------
-    def to_dict(self, params: CostParams | None = None, batch_interval_s: float | None = None) -> dict[str, Any]:
+    def to_dict(
+        self, params: CostParams | None = None, batch_interval_s: float | None = None
+    ) -> dict[str, Any]:
         """The state; with ``params`` and the interval it also shows the fit, target and warning."""
         d: dict[str, Any] = {}
         for mode in self.modes().values():  # the PID's layout at the top, the cost model under "cost"
@@ -234,5 +248,7 @@ class PipelineController:
             raise ControllerStateError(str(e)) from e
         last_plan = d.get("last_plan")
         if last_plan is not None and not isinstance(last_plan, dict):
-            raise ControllerStateError(f"{where}.last_plan = {last_plan!r} is invalid: expected an object or null")
+            raise ControllerStateError(
+                f"{where}.last_plan = {last_plan!r} is invalid: expected an object or null"
+            )
         return cls(mode, rate.retuned(estimator), cost, Waiting.from_dict(d.get("waiting"), where), last_plan)

@@ -74,7 +74,13 @@ class CostObservation:
             raise CostModelError(f"{where}: expected [{', '.join(names)}], got {row!r}")
         values = []
         for name, v in zip(names, row):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v != int(v):
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not math.isfinite(v)
+                or v < 0
+                or v != int(v)
+            ):
                 raise CostModelError(f"{where}: {name} = {v!r} must be a whole number >= 0")
             values.append(int(v))
         return cls(*values)
@@ -165,7 +171,9 @@ def robust_spread(values: Iterable[float]) -> float:
 
 
 def fit_cost(
-    observations: Sequence[CostObservation], prior_fixed_s: float | None = None, noise_hint: float | None = None
+    observations: Sequence[CostObservation],
+    prior_fixed_s: float | None = None,
+    noise_hint: float | None = None,
 ) -> CostFit | None:
     """Fit ``processing = fixed + per_record × records/executors`` to ``observations``.
 

@@ -130,12 +130,8 @@ def arrival_rate(history: Sequence[tuple[int, int]]) -> float | None:
     The median of the rates between consecutive points over the last ``ARRIVAL_WINDOW_PLANS``
     plans, so one burst does not count as a new rate. None with fewer than two points.
     """
-    points = sorted(history)[-(ARRIVAL_WINDOW_PLANS + 1):]
-    rates = [
-        max(b[1] - a[1], 0) / ((b[0] - a[0]) / 1000)
-        for a, b in zip(points, points[1:])
-        if b[0] > a[0]
-    ]
+    points = sorted(history)[-(ARRIVAL_WINDOW_PLANS + 1) :]
+    rates = [max(b[1] - a[1], 0) / ((b[0] - a[0]) / 1000) for a, b in zip(points, points[1:]) if b[0] > a[0]]
     return statistics.median(rates) if rates else None
 
 
@@ -153,7 +149,14 @@ class CostParams:
         def bad(name: str, value: object, rule: str) -> ValueError:
             return ValueError(f"cost mode: {name} = {value!r} is invalid: it must be {rule}")
 
-        for name in ("target_ratio", "max_ratio", "drain_horizon_s", "proportional", "integral", "derivative"):
+        for name in (
+            "target_ratio",
+            "max_ratio",
+            "drain_horizon_s",
+            "proportional",
+            "integral",
+            "derivative",
+        ):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise bad(name, v, "a finite number")
@@ -184,7 +187,11 @@ class Correction:
         e = self.error or 0.0
         p = params.proportional * e
         i = params.integral * self.integral
-        d = 0.0 if self.error is None or self.previous_error is None else params.derivative * (self.error - self.previous_error)
+        d = (
+            0.0
+            if self.error is None or self.previous_error is None
+            else params.derivative * (self.error - self.previous_error)
+        )
         return {"error": e, "proportional": p, "integral": i, "derivative": d, "output": p + i + d}
 
     def update(self, error: float, params: CostParams) -> None:
@@ -209,7 +216,9 @@ class Correction:
         out = []
         for key in ("error", "previous_error", "integral"):
             v = d.get(key, 0.0 if key == "integral" else None)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+            ):
                 raise CostModelError(f"{where}.{key} = {v!r} must be a finite number or null")
             out.append(None if v is None else float(v))
         if out[2] is None or out[2] < 0:
@@ -217,7 +226,9 @@ class Correction:
         return cls(out[0], out[1], out[2])
 
 
-def correction_error(fit: CostFit | None, available: int, budget: float | None, executors: int, interval_s: float) -> float | None:
+def correction_error(
+    fit: CostFit | None, available: int, budget: float | None, executors: int, interval_s: float
+) -> float | None:
     """The correction's error for one finished batch: the work its budget left behind (records
     available at plan − budget, times the per-record cost per executor) as a share of the interval;
     negative when the budget left room. None without a model or a budget."""
@@ -345,7 +356,9 @@ def plan_budget(
             want = max(want, float(previous_budget))
     if want <= n_max or lag <= n_max or fit.fixed_s + work_s <= cap_s:
         return done(
-            min(want, n_max), "drain", f"backlog of {lag} records: batches up to {params.max_ratio:g} of the interval{noise_note}"
+            min(want, n_max),
+            "drain",
+            f"backlog of {lag} records: batches up to {params.max_ratio:g} of the interval{noise_note}",
         )
     # no batch within the interval keeps up with the arrivals: whose share is larger?
     if n_max < 1 or fit.fixed_s > work_s:
@@ -408,7 +421,9 @@ class CostModel:
         A fit on batches too small for the per-record cost to show (a trickle: the fixed cost is
         all of their time) can put it near zero, and then any size would seem to fit the interval;
         with this floor, growth beyond the sizes seen is still bounded by a predicted time."""
-        ratios = [o.processing_s / o.work_units for o in self.observations if o.records > 0 and o.processing_ms > 0]
+        ratios = [
+            o.processing_s / o.work_units for o in self.observations if o.records > 0 and o.processing_ms > 0
+        ]
         upper = min(ratios) if ratios else None  # what the batches measured now allow at most
         if self.per_record_prior_s is None or upper is None:
             return upper
@@ -430,7 +445,7 @@ class CostModel:
             noise_known = len(self.errors) >= MIN_POINTS_FOR_NOISE
             band = max(MIN_SHIFT, SHIFT_SIGMAS * fit.noise) if noise_known else UNKNOWN_NOISE_SHIFT
             if math.isfinite(off):
-                self.errors = (self.errors + [off])[-2 * window_batches:]
+                self.errors = (self.errors + [off])[-2 * window_batches :]
             if abs(off) > band:
                 if fit.method != "proportional":  # the proportional guess knows no fixed cost
                     self.fixed_prior_s = fit.fixed_s
@@ -483,7 +498,10 @@ class CostModel:
             raise CostModelError(f"{where}.observations: expected a list, got {type(rows).__name__}")
         prior = d.get("fixed_prior_s")
         if prior is not None and (
-            isinstance(prior, bool) or not isinstance(prior, (int, float)) or not math.isfinite(prior) or prior < 0
+            isinstance(prior, bool)
+            or not isinstance(prior, (int, float))
+            or not math.isfinite(prior)
+            or prior < 0
         ):
             raise CostModelError(f"{where}.fixed_prior_s = {prior!r} must be a finite number >= 0 or null")
         event = d.get("last_event")

@@ -127,13 +127,17 @@ class SparkMode(ControlMode):
         self.rate = rate
 
     def observe(self, batch: FinishedBatch, params: CostParams, *, active: bool) -> float | None:
-        return self.rate.on_batch_completed(batch.time_ms, batch.records, batch.processing_ms, batch.scheduling_delay_ms)
+        return self.rate.on_batch_completed(
+            batch.time_ms, batch.records, batch.processing_ms, batch.scheduling_delay_ms
+        )
 
     def plan(self, params: CostParams, inputs: PlanInputs) -> PlanDecision:
         return PlanDecision(SPARK, float(self.rate.latest_rate))
 
     def suggest_executors(self, current, batches, batch_interval_ms, params, policy, batches_since_change):  # type: ignore[no-untyped-def]
-        return executor_target(current, [ms for _, ms in batches], batch_interval_ms, policy, batches_since_change)
+        return executor_target(
+            current, [ms for _, ms in batches], batch_interval_ms, policy, batches_since_change
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return self.rate.to_dict()
@@ -145,32 +149,50 @@ class CostMode(ControlMode):
 
     name = COST
     settings_keys = (
-        "target_ratio", "max_ratio", "drain_horizon_s", "cost_window_batches", "proportional", "integral", "derivative",
+        "target_ratio",
+        "max_ratio",
+        "drain_horizon_s",
+        "cost_window_batches",
+        "proportional",
+        "integral",
+        "derivative",
     )
 
     def __init__(self, model: CostModel) -> None:
         self.model = model
 
     def observe(self, batch: FinishedBatch, params: CostParams, *, active: bool) -> str | None:
-        obs = CostObservation(int(batch.batch_id), int(batch.records), int(batch.processing_ms), int(batch.executors))
+        obs = CostObservation(
+            int(batch.batch_id), int(batch.records), int(batch.processing_ms), int(batch.executors)
+        )
         event = self.model.observe(obs, params.window_batches if params else DEFAULT_WINDOW_BATCHES)
         if not active:  # another mode planned the batch: its budget says nothing about this one's
             self.model.correction.reset()
         elif batch.left_behind is not None and batch.batch_interval_s is not None:
             available = int(batch.records) + max(int(batch.left_behind), 0)
-            error = correction_error(self.model.fit(), available, batch.budget, int(batch.executors), batch.batch_interval_s)
+            error = correction_error(
+                self.model.fit(), available, batch.budget, int(batch.executors), batch.batch_interval_s
+            )
             if error is not None:
                 self.model.correction.update(error, params)
         return event
 
     def plan(self, params: CostParams, inputs: PlanInputs) -> PlanDecision:
-        budget = plan_budget(self.model.fit(), params, inputs, self.model.correction, self.model.per_record_floor_s())
+        budget = plan_budget(
+            self.model.fit(), params, inputs, self.model.correction, self.model.per_record_floor_s()
+        )
         rate = budget.rate(inputs.batch_interval_s)
         return PlanDecision(COST, -1.0 if rate is None else rate, budget)
 
     def suggest_executors(self, current, batches, batch_interval_ms, params, policy, batches_since_change):  # type: ignore[no-untyped-def]
         return cost_executor_target(
-            current, batches, batch_interval_ms, self.model.fit(), params.target_ratio, policy, batches_since_change
+            current,
+            batches,
+            batch_interval_ms,
+            self.model.fit(),
+            params.target_ratio,
+            policy,
+            batches_since_change,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -129,9 +129,7 @@ class PIDRateEstimator:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PIDRateEstimator:
-        est = cls(
-            d["batch_interval_ms"], d["proportional"], d["integral"], d["derivative"], d["min_rate"]
-        )
+        est = cls(d["batch_interval_ms"], d["proportional"], d["integral"], d["derivative"], d["min_rate"])
         return est.load_state(d["state"])
 
     def __repr__(self) -> str:
@@ -206,7 +204,11 @@ class RateController:
         return controller
 
     def to_dict(self) -> dict[str, Any]:
-        return {"estimator": self.estimator.to_dict(), "rate_limit": self.rate_limit, "last_batch": self.last_batch}
+        return {
+            "estimator": self.estimator.to_dict(),
+            "rate_limit": self.rate_limit,
+            "last_batch": self.last_batch,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RateController:

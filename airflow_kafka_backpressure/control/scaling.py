@@ -132,7 +132,11 @@ def executor_target(
             "up" if target > current else "hold",
             ratio,
             f"ratio {ratio:.3f} >= {policy.scaling_up_ratio}: add {add}"
-            + ("" if target == current + add else f", bounded to [{policy.min_executors}, {policy.max_executors}]"),
+            + (
+                ""
+                if target == current + add
+                else f", bounded to [{policy.min_executors}, {policy.max_executors}]"
+            ),
         )
     if ratio <= policy.scaling_down_ratio:
         target = policy.bound(current - 1) if current > policy.min_executors else bounded
@@ -192,7 +196,9 @@ def cost_executor_target(
     if ratio >= policy.scaling_up_ratio:
         if fit.fixed_s >= work:
             return ScalingDecision(
-                bounded, "hold", ratio,
+                bounded,
+                "hold",
+                ratio,
                 f"ratio {ratio:.3f} >= {policy.scaling_up_ratio} but start-up dominates ({split}): more "
                 "executors cannot help; raise the interval or use the connect engine",
             )
@@ -201,30 +207,45 @@ def cost_executor_target(
         target = policy.bound(max(wanted, current + 1))
         predicted = fit.predict_s(records, target) / interval_s
         return ScalingDecision(
-            target, "up" if target > current else "hold", ratio,
+            target,
+            "up" if target > current else "hold",
+            ratio,
             f"ratio {ratio:.3f} >= {policy.scaling_up_ratio} and per-record work dominates ({split}): "
             f"{target} executor(s) bring the average batch to {predicted:.2f} of the interval"
-            + ("" if target == max(wanted, current + 1) else f", bounded to [{policy.min_executors}, {policy.max_executors}]"),
+            + (
+                ""
+                if target == max(wanted, current + 1)
+                else f", bounded to [{policy.min_executors}, {policy.max_executors}]"
+            ),
         )
     if ratio <= policy.scaling_down_ratio and current > policy.min_executors:
         fewer = policy.bound(current - 1)
         predicted = fit.predict_s(records, fewer) / interval_s
         if predicted <= target_ratio:
             return ScalingDecision(
-                fewer, "down", ratio,
+                fewer,
+                "down",
+                ratio,
                 f"ratio {ratio:.3f} <= {policy.scaling_down_ratio}: with {fewer} executor(s) the average "
                 f"batch takes {predicted:.2f} of the interval ({split})",
             )
         return ScalingDecision(
-            bounded, "hold", ratio,
+            bounded,
+            "hold",
+            ratio,
             f"ratio {ratio:.3f} <= {policy.scaling_down_ratio} but with {fewer} executor(s) the average "
             f"batch would take {predicted:.2f} of the interval, above the target {target_ratio}",
         )
     if ratio <= policy.scaling_down_ratio:
         return ScalingDecision(
-            bounded, "hold", ratio,
+            bounded,
+            "hold",
+            ratio,
             f"ratio {ratio:.3f} <= {policy.scaling_down_ratio}: already at min_executors {policy.min_executors}",
         )
     return ScalingDecision(
-        bounded, "hold", ratio, f"ratio {ratio:.3f} between {policy.scaling_down_ratio} and {policy.scaling_up_ratio}"
+        bounded,
+        "hold",
+        ratio,
+        f"ratio {ratio:.3f} between {policy.scaling_down_ratio} and {policy.scaling_up_ratio}",
     )

@@ -17,12 +17,12 @@ timeout or the death of the task's supervisor.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
 import threading
 import time
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -32,8 +32,14 @@ log = logging.getLogger(__name__)
 
 #: engine name -> (``module:function`` building it from the hook and the executor target, what it is)
 REGISTRY: dict[str, tuple[str, str]] = {
-    "submit": ("airflow_kafka_backpressure.engines.submit:from_hook", "a spark-submit per batch (the Spark provider)"),
-    "connect": ("airflow_kafka_backpressure.engines.connect:from_hook", "a session on a long-lived Spark Connect server"),
+    "submit": (
+        "airflow_kafka_backpressure.engines.submit:from_hook",
+        "a spark-submit per batch (the Spark provider)",
+    ),
+    "connect": (
+        "airflow_kafka_backpressure.engines.connect:from_hook",
+        "a session on a long-lived Spark Connect server",
+    ),
 }
 ENGINES = tuple(REGISTRY)
 #: How long a stopped run may take to wind down before the wait gives up on it.
@@ -94,7 +100,9 @@ class Engine:
     def stopped_error(self, spec: JobSpec) -> BatchStopped | None:
         if self.stop_reason is None:
             return None
-        return BatchStopped(spec.plan.batch_id, f"{self.stop_reason}; {self.name} engine stopped the batch's Spark work")
+        return BatchStopped(
+            spec.plan.batch_id, f"{self.stop_reason}; {self.name} engine stopped the batch's Spark work"
+        )
 
 
 def thread_stack(thread: threading.Thread) -> str:
@@ -158,7 +166,9 @@ def supervise(
                 if now - stopping_since > STOP_GRACE_S:
                     log.error(
                         "The batch's Spark work did not end %s s after it was stopped; giving up on it. "
-                        "It is stuck in:\n%s", STOP_GRACE_S, thread_stack(worker),
+                        "It is stuck in:\n%s",
+                        STOP_GRACE_S,
+                        thread_stack(worker),
                     )
                     break
             elif now - started > timeout_s:

@@ -213,7 +213,11 @@ class ConnectEngine(Engine):
         if problem is not None:  # pyspark would retry for minutes before it says so
             raise BatchJobError(plan.batch_id, unreachable.format(problem, self.conn_id))
         for attempt in (1, 2):
-            url = self.url if fixed else with_session_id(self.url, ids.get(key) if attempt == 1 else ids.renew(key))
+            url = (
+                self.url
+                if fixed
+                else with_session_id(self.url, ids.get(key) if attempt == 1 else ids.renew(key))
+            )
             try:
                 spark = SparkSession.builder.remote(url).create()
             except Exception as e:  # noqa: BLE001 - any client failure means "cannot reach the server"
@@ -233,7 +237,8 @@ class ConnectEngine(Engine):
                     continue
                 if "UNAVAILABLE" in str(e) or "Connection refused" in str(e):  # gRPC: nobody answers
                     raise BatchJobError(
-                        plan.batch_id, unreachable.format(f"{type(e).__name__}: {_first_line(e)}", self.conn_id)
+                        plan.batch_id,
+                        unreachable.format(f"{type(e).__name__}: {_first_line(e)}", self.conn_id),
                     ) from e
                 raise BatchJobError(
                     plan.batch_id,
@@ -247,7 +252,9 @@ class ConnectEngine(Engine):
             try:
                 spark.conf.set(key, value)
             except Exception:  # noqa: BLE001 - static settings belong to the server
-                log.warning("Spark setting %r cannot be set per session over Spark Connect; set it on the server", key)
+                log.warning(
+                    "Spark setting %r cannot be set per session over Spark Connect; set it on the server", key
+                )
 
     def _stop(self) -> None:
         session, tag = self._session, self._tag
@@ -305,5 +312,8 @@ def from_hook(hook: Any, executors: int) -> ConnectEngine:
     from .environment import work_root
 
     return ConnectEngine(
-        hook.connect_url(), work_root=work_root(), spark_conf=hook.spark_conf, conn_id=hook.spark_connect_conn_id
+        hook.connect_url(),
+        work_root=work_root(),
+        spark_conf=hook.spark_conf,
+        conn_id=hook.spark_connect_conn_id,
     )

@@ -96,7 +96,12 @@ def package_zip(dest_dir: str | os.PathLike[str]) -> str:
     import airflow_kafka_backpressure as pkg
 
     root = Path(pkg.__file__).resolve().parent
-    return zip_tree(root, "airflow_kafka_backpressure", Path(dest_dir), f"airflow_kafka_backpressure-{pkg.__version__}.zip")
+    return zip_tree(
+        root,
+        "airflow_kafka_backpressure",
+        Path(dest_dir),
+        f"airflow_kafka_backpressure-{pkg.__version__}.zip",
+    )
 
 
 def zip_tree(root: Path, arc_root: str, dest: Path, name: str) -> str:
@@ -105,7 +110,9 @@ def zip_tree(root: Path, arc_root: str, dest: Path, name: str) -> str:
     target = dest / name
     tmp = dest / f".{name}.{uuid.uuid4().hex}.tmp"  # concurrent builders each rename a whole file
     files = sorted(
-        p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".typed")
+        p
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".typed")
     )
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for p in files:
@@ -243,7 +250,10 @@ class SubmitEngine(Engine):
                 self._children_before = child_ids()
                 log.info(
                     "Submitting batch %s to %s (%s mode) with %s executor(s)",
-                    plan.batch_id, self.master, self.deploy_mode, self.executors,
+                    plan.batch_id,
+                    self.master,
+                    self.deploy_mode,
+                    self.executors,
                 )
                 try:
                     hook.submit(application=job_script_path())

@@ -47,7 +47,9 @@ class KafkaOffsetsHook(BaseHook):
     def get_conn(self) -> KafkaOffsets:
         """A :class:`KafkaOffsets` client; close it (or use it as a context manager) when done."""
         return KafkaOffsets(
-            self.client_properties(), source=f"Kafka connection {self.kafka_config_id!r}", timeout_s=self.timeout_s
+            self.client_properties(),
+            source=f"Kafka connection {self.kafka_config_id!r}",
+            timeout_s=self.timeout_s,
         )
 
     def test_connection(self) -> tuple[bool, str]:

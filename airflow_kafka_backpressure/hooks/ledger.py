@@ -99,7 +99,9 @@ def multi_host_refusal(
         why.append("a triggerer runs on another host ([kafka_backpressure] remote_triggerer = True)")
     if not why:
         return None
-    which = f"connection {ledger_conn_id!r} is" if ledger_conn_id else "the default ledger (no ledger_conn_id) is"
+    which = (
+        f"connection {ledger_conn_id!r} is" if ledger_conn_id else "the default ledger (no ledger_conn_id) is"
+    )
     return (
         f"The ledger of {which} a SQLite file ({url.split('///', 1)[-1]}), but {' and '.join(why)}: each host "
         "would keep its own ledger and split the pipeline's batches and offsets. Set the pipeline's "

@@ -105,8 +105,14 @@ def check_ledger_url(url: str) -> tuple[bool, str]:
         if path and path != ":memory:" and not os.path.exists(path):
             folder = os.path.dirname(os.path.abspath(path))
             if os.path.isdir(folder) and os.access(folder, os.W_OK):
-                return True, f"{shown}: the file does not exist yet; the ledger creates it on first use in {folder}."
-            return False, f"{shown}: folder {folder} does not exist or is not writable; create it or fix the path."
+                return (
+                    True,
+                    f"{shown}: the file does not exist yet; the ledger creates it on first use in {folder}.",
+                )
+            return (
+                False,
+                f"{shown}: folder {folder} does not exist or is not writable; create it or fix the path.",
+            )
     elif parsed.get_backend_name() == "postgresql":
         connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
     engine = create_engine(url, poolclass=NullPool, connect_args=connect_args)

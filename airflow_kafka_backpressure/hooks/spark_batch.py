@@ -107,7 +107,6 @@ class SparkBatchHook(BaseHook):
 
         return SparkConnectHook(conn_id=self.spark_connect_conn_id).get_connection_url()
 
-
     def _engine(self, executors: int) -> Engine:
         return engine_for(self.engine, self, executors)
 
@@ -151,7 +150,9 @@ class SparkBatchHook(BaseHook):
         )
         self._running = engine
         try:
-            return supervise(engine, spec, timeout_s=self.timeout_s, heartbeat=heartbeat, heartbeat_s=heartbeat_s)
+            return supervise(
+                engine, spec, timeout_s=self.timeout_s, heartbeat=heartbeat, heartbeat_s=heartbeat_s
+            )
         finally:
             self._running = None
 

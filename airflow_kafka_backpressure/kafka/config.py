@@ -193,7 +193,11 @@ def to_spark_kafka_options(props: dict[str, Any]) -> dict[str, str]:
     password = props.get("sasl.password")
     mechanism = str(props.get("sasl.mechanism", props.get("sasl.mechanisms", "PLAIN"))).upper()
     for key, value in props.items():
-        if key in _IGNORED or key in LIBRDKAFKA_ONLY or key in ("sasl.username", "sasl.password", "sasl.mechanisms"):
+        if (
+            key in _IGNORED
+            or key in LIBRDKAFKA_ONLY
+            or key in ("sasl.username", "sasl.password", "sasl.mechanisms")
+        ):
             continue
         if key == "ssl.ca.location":
             out["kafka.ssl.truststore.type"] = "PEM"

@@ -98,7 +98,9 @@ def partition_lag(
         retention_margin=margin,
         at_risk=lag > 0 and margin <= retention_margin_records,
         lost=max(earliest - position, 0),
-        oldest_unwritten_ts_ms=timestamp_ms if lag > 0 and timestamp_ms is not None and timestamp_ms >= 0 else None,
+        oldest_unwritten_ts_ms=timestamp_ms
+        if lag > 0 and timestamp_ms is not None and timestamp_ms >= 0
+        else None,
         seconds_behind=seconds,
     )
 
@@ -159,9 +161,15 @@ class LagThresholds:
     def __post_init__(self) -> None:
         for name in ("max_lag_records", "max_seconds_behind", "retention_margin_records"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+            ):
                 raise ValueError(f"{name} = {value!r} is invalid: give a number >= 0, or None to not use it")
-        if self.max_lag_records is None and self.max_seconds_behind is None and self.retention_margin_records is None:
+        if (
+            self.max_lag_records is None
+            and self.max_seconds_behind is None
+            and self.retention_margin_records is None
+        ):
             raise ValueError(
                 "No threshold given: set max_lag_records, max_seconds_behind or retention_margin_records"
             )
@@ -213,7 +221,9 @@ class OffsetSource(Protocol):
     def partitions(self, topics: Iterable[str]) -> list[TopicPartition]: ...
     def earliest_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]: ...
     def latest_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]: ...
-    def committed_offsets(self, group_id: str, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]: ...
+    def committed_offsets(
+        self, group_id: str, tps: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]: ...
     def record_timestamps(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]: ...
 
 

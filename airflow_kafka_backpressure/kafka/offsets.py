@@ -19,9 +19,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .config import redact, to_kafka_python
 from ..models import TopicPartition
-
+from .config import redact, to_kafka_python
 
 #: Seconds the watchdog waits beyond ``timeout_s`` for kafka-python's own timeout to fire first.
 WATCHDOG_GRACE_S = 2.0
@@ -93,7 +92,10 @@ class KafkaOffsets:
             return self._bounded(
                 what,
                 lambda: new_client(
-                    KafkaConsumer, **settings, group_id=group_id, enable_auto_commit=False,
+                    KafkaConsumer,
+                    **settings,
+                    group_id=group_id,
+                    enable_auto_commit=False,
                     allow_auto_create_topics=False,
                 ),
             )
@@ -118,9 +120,13 @@ class KafkaOffsets:
             from .clients import new_client
 
             settings = {k: v for k, v in self.config.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
-            settings.update(request_timeout_ms=max(self.timeout_ms, 1000), bootstrap_timeout_ms=self.timeout_ms)
+            settings.update(
+                request_timeout_ms=max(self.timeout_ms, 1000), bootstrap_timeout_ms=self.timeout_ms
+            )
             try:
-                self._admin = self._bounded("connect (admin)", lambda: new_client(KafkaAdminClient, **settings))
+                self._admin = self._bounded(
+                    "connect (admin)", lambda: new_client(KafkaAdminClient, **settings)
+                )
             except KafkaUnavailableError:
                 raise
             except KafkaError as e:
@@ -236,7 +242,9 @@ class KafkaOffsets:
         if not tps:
             return {}
         try:
-            result = self._call(what, fn, [KTP(tp.topic, tp.partition) for tp in tps], timeout_ms=self.timeout_ms)
+            result = self._call(
+                what, fn, [KTP(tp.topic, tp.partition) for tp in tps], timeout_ms=self.timeout_ms
+            )
         except (KafkaUnavailableError, KeyError) as e:
             # kafka-python waits out its timeout for a partition whose topic is gone, as for a broker
             # that does not answer (or, once its metadata dropped the topic, fails with a KeyError):
@@ -316,7 +324,9 @@ class KafkaOffsets:
         if not offsets:
             return
         consumer = self._group(group_id)
-        payload = {KTP(tp.topic, tp.partition): OffsetAndMetadata(int(o), "", -1) for tp, o in offsets.items()}
+        payload = {
+            KTP(tp.topic, tp.partition): OffsetAndMetadata(int(o), "", -1) for tp, o in offsets.items()
+        }
         self._call(f"commit for group {group_id!r}", consumer.commit, payload, timeout_ms=self.timeout_ms)
 
     def record_timestamps(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
@@ -344,7 +354,11 @@ class KafkaOffsets:
                     if tp in found:
                         continue
                     for record in records:
-                        if record.offset >= wanted[ktp] and record.timestamp is not None and record.timestamp >= 0:
+                        if (
+                            record.offset >= wanted[ktp]
+                            and record.timestamp is not None
+                            and record.timestamp >= 0
+                        ):
                             found[tp] = int(record.timestamp)
                             break
                     if tp in found:

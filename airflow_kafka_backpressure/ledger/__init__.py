@@ -53,7 +53,6 @@ from .commands import abandon_command, ledger_command
 from .engine import DEFAULT_TIMEOUT_S, default_ledger_url
 from .records import BatchLosses, BatchRecord, LossRecord, PruneResult, RangeRecord
 from .repository import Ledger, now_ms
-from .transitions import new_attempt_token
 from .schema import batch_table, loss_table, metadata, partition_table, range_table
 from .states import (
     ABANDONED,
@@ -83,6 +82,7 @@ from .states import (
     check_transition,
     is_stale,
 )
+from .transitions import new_attempt_token
 
 __all__ = [
     "ABANDONED",

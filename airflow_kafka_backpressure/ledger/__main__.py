@@ -39,17 +39,23 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         where = p.add_mutually_exclusive_group()
         where.add_argument("--url", help="SQLAlchemy URL of the ledger")
-        where.add_argument("--conn-id", help="Airflow connection id of the ledger (the pipeline's ledger_conn_id)")
+        where.add_argument(
+            "--conn-id", help="Airflow connection id of the ledger (the pipeline's ledger_conn_id)"
+        )
         return p
 
     up = add("upgrade", "Bring the ledger's schema to the newest revision this package knows.")
     up.add_argument("--revision", default="head", help="target revision (default: head)")
     add("current", "Print the ledger's schema revision.")
-    ab = add("abandon", "Give up a batch whose offsets retention deleted: record them as lost, let commits pass.")
+    ab = add(
+        "abandon", "Give up a batch whose offsets retention deleted: record them as lost, let commits pass."
+    )
     ab.add_argument("--batch", type=int, required=True, help="the batch id")
     ab.add_argument("--reason", required=True, help="why (kept with the lost offsets, shown on the page)")
     ab.add_argument(
-        "--stale-after-s", type=float, help="allow a planned/running/replaying batch idle for this long (seconds)"
+        "--stale-after-s",
+        type=float,
+        help="allow a planned/running/replaying batch idle for this long (seconds)",
     )
     pr = add("prune", "Delete old finished batches and their ranges (never past a commit or a head).")
     pr.add_argument("--pipeline", required=True)
@@ -97,8 +103,10 @@ def _run(args: argparse.Namespace, ledger: Ledger) -> int:
         stale_before = None if args.stale_after_s is None else now_ms() - int(args.stale_after_s * 1000)
         batch = ledger.abandon(args.batch, args.reason, stale_before_ms=stale_before)
         lost = sum(r.until_offset - r.from_offset for r in ledger.batch_ranges(batch.batch_id))
-        print(f"Batch {batch.batch_id} of pipeline {batch.pipeline!r} is abandoned: its {lost} offsets are "
-              "recorded as lost; commits may move past them.")
+        print(
+            f"Batch {batch.batch_id} of pipeline {batch.pipeline!r} is abandoned: its {lost} offsets are "
+            "recorded as lost; commits may move past them."
+        )
         return 0
     if args.command == "prune":
         if args.keep_batches is None and args.older_than_days is None:
@@ -106,8 +114,10 @@ def _run(args: argparse.Namespace, ledger: Ledger) -> int:
             return 2
         older = None if args.older_than_days is None else now_ms() - int(args.older_than_days * 86_400_000)
         result = ledger.prune(args.pipeline, keep_batches=args.keep_batches, older_than_ms=older)
-        print(f"Pipeline {args.pipeline!r}: pruned {result.batches} batches, {result.ranges} ranges, "
-              f"{result.losses} loss records.")
+        print(
+            f"Pipeline {args.pipeline!r}: pruned {result.batches} batches, {result.ranges} ranges, "
+            f"{result.losses} loss records."
+        )
         return 0
     raise AssertionError(args.command)  # argparse only accepts the commands above
 

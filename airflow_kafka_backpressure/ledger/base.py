@@ -136,4 +136,3 @@ class _ReadContext:
 
 def first_line(err: BaseException | None) -> str:
     return str(err).strip().splitlines()[0] if err is not None and str(err).strip() else "integrity error"
-

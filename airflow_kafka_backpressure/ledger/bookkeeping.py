@@ -51,7 +51,9 @@ class PartitionRow:
     planned_batch_id: int
 
 
-def partition_rows(conn: Connection, pipeline: str, tps: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionRow]:
+def partition_rows(
+    conn: Connection, pipeline: str, tps: Iterable[TopicPartition]
+) -> dict[TopicPartition, PartitionRow]:
     """The rows of ``tps`` (those that exist)."""
     wanted = set(tps)
     if not wanted:
@@ -65,7 +67,12 @@ def partition_rows(conn: Connection, pipeline: str, tps: Iterable[TopicPartition
         tp = TopicPartition(m["topic"], int(m["partition"]))
         if tp in wanted:
             out[tp] = PartitionRow(
-                tp, m["start_offset"], m["head"], m["committed_until"], int(m["position"]), int(m["planned_batch_id"])
+                tp,
+                m["start_offset"],
+                m["head"],
+                m["committed_until"],
+                int(m["position"]),
+                int(m["planned_batch_id"]),
             )
     return out
 
@@ -78,7 +85,9 @@ def stored_heads(conn: Connection, pipeline: str, tps: Iterable[TopicPartition])
 def heads(conn: Connection, pipeline: str) -> dict[TopicPartition, int]:
     """Per partition: its head; a partition without stored ranges gets its position if the pipeline's
     latest plan listed it (an idle partition keeps its place instead of jumping to the log end)."""
-    latest = select(func.max(batch_table.c.batch_id)).where(batch_table.c.pipeline == pipeline).scalar_subquery()
+    latest = (
+        select(func.max(batch_table.c.batch_id)).where(batch_table.c.pipeline == pipeline).scalar_subquery()
+    )
     rows = conn.execute(
         select(_pt.c.topic, _pt.c.partition, func.coalesce(_pt.c.head, _pt.c.position))
         .where(_pt.c.pipeline == pipeline, (_pt.c.head.is_not(None)) | (_pt.c.planned_batch_id == latest))
@@ -116,8 +125,10 @@ def record_positions(
     for tp in sorted(position):
         row = existing.get(tp)
         own = segs.get(tp, [])
-        start = row.start_offset if row is not None and row.start_offset is not None else (
-            own[0].from_offset if own else None
+        start = (
+            row.start_offset
+            if row is not None and row.start_offset is not None
+            else (own[0].from_offset if own else None)
         )
         values = {
             "p": pipeline,
@@ -125,7 +136,9 @@ def record_positions(
             "n": tp.partition,
             "start": start,
             "hd": own[-1].until_offset if own else (row.head if row is not None else None),
-            "committed": row.committed_until if row is not None and row.committed_until is not None else start,
+            "committed": row.committed_until
+            if row is not None and row.committed_until is not None
+            else start,
             "pos": position[tp],
             "b": batch_id,
         }
@@ -140,13 +153,19 @@ def record_positions(
     if updates:
         conn.execute(
             update(_pt)
-            .where(_pt.c.pipeline == bindparam("p"), _pt.c.topic == bindparam("t"), _pt.c.partition == bindparam("n"))
+            .where(
+                _pt.c.pipeline == bindparam("p"),
+                _pt.c.topic == bindparam("t"),
+                _pt.c.partition == bindparam("n"),
+            )
             .values(**cols),
             updates,
         )
     if inserts:
         conn.execute(
-            _pt.insert().values(pipeline=bindparam("p"), topic=bindparam("t"), partition=bindparam("n"), **cols),
+            _pt.insert().values(
+                pipeline=bindparam("p"), topic=bindparam("t"), partition=bindparam("n"), **cols
+            ),
             inserts,
         )
 
@@ -160,7 +179,11 @@ def advance_watermarks(conn: Connection, pipeline: str, batch_id: int) -> None:
         .select_from(
             _rt.join(
                 _pt,
-                and_(_pt.c.pipeline == _rt.c.pipeline, _pt.c.topic == _rt.c.topic, _pt.c.partition == _rt.c.partition),
+                and_(
+                    _pt.c.pipeline == _rt.c.pipeline,
+                    _pt.c.topic == _rt.c.topic,
+                    _pt.c.partition == _rt.c.partition,
+                ),
             )
         )
         .where(_rt.c.batch_id == batch_id, done, _rt.c.from_offset == _pt.c.committed_until)
@@ -177,7 +200,9 @@ def advance_watermarks(conn: Connection, pipeline: str, batch_id: int) -> None:
         )
     )
     ends = conn.execute(
-        select(run.c.topic, run.c.partition, func.max(run.c.until_offset)).group_by(run.c.topic, run.c.partition)
+        select(run.c.topic, run.c.partition, func.max(run.c.until_offset)).group_by(
+            run.c.topic, run.c.partition
+        )
     ).all()
     _move_watermarks(conn, pipeline, ends, forward=True)
 

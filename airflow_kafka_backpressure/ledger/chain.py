@@ -154,7 +154,9 @@ def check_losses_inside(batch_id: int, losses: Sequence[DataLoss], ranges: Seque
     """Raise :class:`LedgerError` unless every loss lies inside one of the batch's ranges."""
     for loss in losses:
         if loss.until_offset <= loss.from_offset:
-            raise LedgerError(f"Batch {batch_id}: the lost offsets {loss} are an empty range; give [from, until).")
+            raise LedgerError(
+                f"Batch {batch_id}: the lost offsets {loss} are an empty range; give [from, until)."
+            )
         if not any(
             r.tp == loss.tp and r.from_offset <= loss.from_offset and loss.until_offset <= r.until_offset
             for r in ranges

@@ -176,7 +176,9 @@ def _driver_message(engine: Engine, err: exc.DBAPIError) -> str:
     return first
 
 
-def make_engine(url: str, engine_kwargs: Mapping[str, Any] | None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Engine:
+def make_engine(
+    url: str, engine_kwargs: Mapping[str, Any] | None, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Engine:
     """An engine for the ledger at ``url`` whose every call is bounded by ``timeout_s``."""
     kwargs: dict[str, Any] = dict(engine_kwargs or {})
     parsed = make_url(url)
@@ -192,9 +194,16 @@ def make_engine(url: str, engine_kwargs: Mapping[str, Any] | None, timeout_s: fl
         kwargs.setdefault("pool_pre_ping", True)
         kwargs.setdefault("pool_timeout", timeout_s)
         postgresql = parsed.get_backend_name() == "postgresql"
-        if postgresql and parsed.get_driver_name() in ("psycopg2", "psycopg") and "connect_timeout" not in parsed.query:
+        if (
+            postgresql
+            and parsed.get_driver_name() in ("psycopg2", "psycopg")
+            and "connect_timeout" not in parsed.query
+        ):
             # libpq waits at least 2 s
-            kwargs["connect_args"] = {"connect_timeout": max(round(timeout_s), 2), **kwargs.get("connect_args", {})}
+            kwargs["connect_args"] = {
+                "connect_timeout": max(round(timeout_s), 2),
+                **kwargs.get("connect_args", {}),
+            }
         engine = create_engine(url, **kwargs)
         if postgresql:
             _configure_postgresql(engine, timeout_s)

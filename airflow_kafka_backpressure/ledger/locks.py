@@ -89,7 +89,12 @@ def _postgres_lock(ledger: Any, name: str, timeout: float) -> Iterator[None]:
     key = _key(name)
     conn = ledger.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
     try:
-        _wait(ledger, name, timeout, lambda: bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()))
+        _wait(
+            ledger,
+            name,
+            timeout,
+            lambda: bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()),
+        )
         try:
             yield
         finally:

@@ -33,7 +33,9 @@ def record_spans(
     covered = [
         OffsetRange(t, int(p), int(a), int(b))
         for t, p, a, b in conn.execute(
-            select(_lt.c.topic, _lt.c.partition, _lt.c.from_offset, _lt.c.until_offset).where(_lt.c.batch_id == batch_id)
+            select(_lt.c.topic, _lt.c.partition, _lt.c.from_offset, _lt.c.until_offset).where(
+                _lt.c.batch_id == batch_id
+            )
         )
     ]
     new = subtract_spans(spans, covered)

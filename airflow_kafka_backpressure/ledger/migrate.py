@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, inspect, text
@@ -93,7 +92,9 @@ def schema_state(conn: Connection) -> SchemaState:
     names = set(inspect(conn).get_table_names())
     revision = None
     if VERSION_TABLE in names:
-        revision = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+        revision = MigrationContext.configure(
+            conn, opts={"version_table": VERSION_TABLE}
+        ).get_current_revision()
     return SchemaState(revision, "kbp_batches" in names)
 
 
@@ -129,7 +130,9 @@ def check_current(engine: Engine, where: str) -> None:
         conn.rollback()
     _refuse_unknown(state, where)
     if not state.has_tables:
-        raise LedgerNotInitialised(f"The ledger at {where} is not initialised yet (no ledger tables). {UPGRADE_HINT}")
+        raise LedgerNotInitialised(
+            f"The ledger at {where} is not initialised yet (no ledger tables). {UPGRADE_HINT}"
+        )
     head = head_revision()
     if state.revision != head:
         raise LedgerNotInitialised(
@@ -167,7 +170,9 @@ def upgrade(engine: Engine, where: str, revision: str = "head") -> tuple[str | N
                 state = schema_state(conn)  # again, under the lock: another process may have upgraded
                 _refuse_unknown(state, where)
                 if state.has_tables and not state.legacy and state.revision is None:
-                    raise LedgerError(f"The ledger at {where} has ledger tables but an empty {VERSION_TABLE}.")
+                    raise LedgerError(
+                        f"The ledger at {where} has ledger tables but an empty {VERSION_TABLE}."
+                    )
                 if state.legacy:
                     _check_legacy(conn, where)
                     command.stamp(_config(conn), BASELINE_REVISION)

@@ -78,7 +78,9 @@ class PlansMixin(LedgerBase):
         ranges = tuple(ranges)
         data_loss = tuple(data_loss)
         # Validate the plan itself (one range per partition, ...) before touching the database.
-        BatchPlan(pipeline, 0, run_id, ranges, sink, int(batch_interval_ms), int(planned_at_ms), rate, data_loss)
+        BatchPlan(
+            pipeline, 0, run_id, ranges, sink, int(batch_interval_ms), int(planned_at_ms), rate, data_loss
+        )
         segments: list[ChainSegment] = []
         try:
             with self.engine.begin() as conn:
@@ -123,7 +125,9 @@ class PlansMixin(LedgerBase):
                     topic_ids=dict(topic_ids or {}),
                 )
                 conn.execute(
-                    update(batch_table).where(batch_table.c.batch_id == batch_id).values(plan_json=plan.to_json())
+                    update(batch_table)
+                    .where(batch_table.c.batch_id == batch_id)
+                    .values(plan_json=plan.to_json())
                 )
                 prev_until = dict(heads)
                 rows = []
@@ -203,11 +207,15 @@ class PlansMixin(LedgerBase):
             rows = [
                 dict(r._mapping)
                 for r in conn.execute(
-                    select(partition_table).where(partition_table.c.pipeline == pipeline, partition_table.c.topic == topic)
+                    select(partition_table).where(
+                        partition_table.c.pipeline == pipeline, partition_table.c.topic == topic
+                    )
                 )
             ]
             conn.execute(
-                delete(partition_table).where(partition_table.c.pipeline == pipeline, partition_table.c.topic == topic)
+                delete(partition_table).where(
+                    partition_table.c.pipeline == pipeline, partition_table.c.topic == topic
+                )
             )
             moved = conn.execute(
                 update(range_table)
@@ -228,7 +236,9 @@ class PlansMixin(LedgerBase):
     ) -> dict[TopicPartition, int]:
         return bookkeeping.stored_heads(conn, pipeline, tps)
 
-    def _conflict(self, pipeline: str, segments: Sequence[ChainSegment], err: IntegrityError) -> LedgerConflict:
+    def _conflict(
+        self, pipeline: str, segments: Sequence[ChainSegment], err: IntegrityError
+    ) -> LedgerConflict:
         """Name the first partition whose plan no longer starts at its (now committed) head."""
         firsts: dict[TopicPartition, ChainSegment] = {}
         for seg in segments:
@@ -247,4 +257,3 @@ class PlansMixin(LedgerBase):
             f"(the partition's head is now {now[seg.tp]}). Re-run the plan task so it plans from the "
             f"current head. Database said: {first_line(err.orig)}"
         )
-

@@ -195,4 +195,6 @@ class PruneResult:
     losses: int = 0
 
     def __add__(self, other: PruneResult) -> PruneResult:
-        return PruneResult(self.batches + other.batches, self.ranges + other.ranges, self.losses + other.losses)
+        return PruneResult(
+            self.batches + other.batches, self.ranges + other.ranges, self.losses + other.losses
+        )

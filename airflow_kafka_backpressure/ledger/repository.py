@@ -66,7 +66,9 @@ class Ledger(PlansMixin, TransitionsMixin):
                 # Through the (pipeline, status) index: the few failed and in-flight batches, sorted
                 # here (an ORDER BY would lead SQLite through every batch of the pipeline instead).
                 select(batch_table).where(
-                    batch_table.c.pipeline == pipeline, batch_table.c.status.in_((FAILED, *IN_FLIGHT_STATUSES)), cond
+                    batch_table.c.pipeline == pipeline,
+                    batch_table.c.status.in_((FAILED, *IN_FLIGHT_STATUSES)),
+                    cond,
                 )
             ).all()
         return sorted((batch_record(r) for r in rows), key=lambda b: b.batch_id)
@@ -99,7 +101,9 @@ class Ledger(PlansMixin, TransitionsMixin):
         name = batch_table.c.pipeline
         found = select(func.min(name).label("name")).cte("kbp_pipeline_names", recursive=True)
         found = found.union_all(
-            select(select(func.min(name)).where(name > found.c.name).scalar_subquery()).where(found.c.name.is_not(None))
+            select(select(func.min(name)).where(name > found.c.name).scalar_subquery()).where(
+                found.c.name.is_not(None)
+            )
         )
         with self._read() as conn:
             return list(conn.execute(select(found.c.name).where(found.c.name.is_not(None))).scalars())
@@ -139,9 +143,10 @@ class Ledger(PlansMixin, TransitionsMixin):
                 cutoff = retention.prune_cutoff(conn, pipeline, keep_batches)
                 if cutoff is None:
                     return total
-                done, last = retention.prune_chunk(conn, pipeline, cutoff, older_than_ms, after_id, int(chunk))
+                done, last = retention.prune_chunk(
+                    conn, pipeline, cutoff, older_than_ms, after_id, int(chunk)
+                )
             total += done
             if last is None or done.batches == 0:
                 return total
             after_id = last
-

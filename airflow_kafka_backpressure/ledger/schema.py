@@ -118,9 +118,9 @@ range_table = Table(
 event.listen(
     range_table,
     "after_create",
-    DDL(f"ALTER TABLE kbp_ranges ALTER CONSTRAINT {CHAIN_FOREIGN_KEY} DEFERRABLE INITIALLY IMMEDIATE").execute_if(
-        dialect="postgresql"
-    ),
+    DDL(
+        f"ALTER TABLE kbp_ranges ALTER CONSTRAINT {CHAIN_FOREIGN_KEY} DEFERRABLE INITIALLY IMMEDIATE"
+    ).execute_if(dialect="postgresql"),
 )
 
 # One chain start per (pipeline, topic, partition).

@@ -60,13 +60,23 @@ class TransitionsMixin(LedgerBase):
         """The ingest task starts (or retries / re-runs) the batch: ``attempts`` += 1, new start time.
         With ``token`` this attempt owns it from now on (a retry takes it over from an older one)."""
         at = at_or_now(at_ms)
-        values: dict[str, Any] = {"started_at_ms": at, "ended_at_ms": None, **_lease(batch_id, token, lease_ms, at)}
+        values: dict[str, Any] = {
+            "started_at_ms": at,
+            "ended_at_ms": None,
+            **_lease(batch_id, token, lease_ms, at),
+        }
         if executors is not None:
             values["executors"] = int(executors)
         return self._transition(batch_id, RUNNING, values, count_attempt=True, at_ms=at)
 
     def mark_succeeded(
-        self, batch_id: int, records: int, processing_ms: int, *, at_ms: int | None = None, token: str | None = None
+        self,
+        batch_id: int,
+        records: int,
+        processing_ms: int,
+        *,
+        at_ms: int | None = None,
+        token: str | None = None,
     ) -> BatchRecord:
         """The batch's output is committed to the sink."""
         return self._finish(batch_id, SUCCEEDED, records, processing_ms, at_ms, token)
@@ -106,17 +116,33 @@ class TransitionsMixin(LedgerBase):
         )
 
     def mark_replayed(
-        self, batch_id: int, records: int, processing_ms: int, *, at_ms: int | None = None, token: str | None = None
+        self,
+        batch_id: int,
+        records: int,
+        processing_ms: int,
+        *,
+        at_ms: int | None = None,
+        token: str | None = None,
     ) -> BatchRecord:
         """The replay rewrote the batch's sink path."""
         return self._finish(batch_id, REPLAYED, records, processing_ms, at_ms, token)
 
     def _finish(
-        self, batch_id: int, target: str, records: int, processing_ms: int, at_ms: int | None, token: str | None
+        self,
+        batch_id: int,
+        target: str,
+        records: int,
+        processing_ms: int,
+        at_ms: int | None,
+        token: str | None,
     ) -> BatchRecord:
         at = at_or_now(at_ms)
-        values = {"ended_at_ms": at, "records": int(records), "processing_ms": int(processing_ms),
-                  "lease_expires_at_ms": None}
+        values = {
+            "ended_at_ms": at,
+            "records": int(records),
+            "processing_ms": int(processing_ms),
+            "lease_expires_at_ms": None,
+        }
         return self._transition(batch_id, target, values, at_ms=at, token=token)
 
     def renew_lease(self, batch_id: int, token: str, lease_ms: int, *, at_ms: int | None = None) -> int:
@@ -164,7 +190,9 @@ class TransitionsMixin(LedgerBase):
             values["executors"] = int(executors)
         with self.engine.begin() as conn:
             if values:
-                n = conn.execute(update(batch_table).where(batch_table.c.batch_id == batch_id).values(**values)).rowcount
+                n = conn.execute(
+                    update(batch_table).where(batch_table.c.batch_id == batch_id).values(**values)
+                ).rowcount
                 if n == 0:
                     raise self._unknown(batch_id)
             row = conn.execute(select(batch_table).where(batch_table.c.batch_id == batch_id)).first()
@@ -175,7 +203,9 @@ class TransitionsMixin(LedgerBase):
     def _locked(self, conn: Connection, batch_id: int, token: str | None, action: str) -> BatchRecord:
         """The batch under its row lock (PostgreSQL; SQLite's BEGIN IMMEDIATE already serialises
         writers), refusing an attempt whose ``token`` no longer owns it."""
-        row = conn.execute(select(batch_table).where(batch_table.c.batch_id == batch_id).with_for_update()).first()
+        row = conn.execute(
+            select(batch_table).where(batch_table.c.batch_id == batch_id).with_for_update()
+        ).first()
         if row is None:
             raise self._unknown(batch_id)
         current = batch_record(row)
@@ -207,7 +237,10 @@ class TransitionsMixin(LedgerBase):
                     f"may only move it from {', '.join(only_from)})"
                 )
             stale = is_stale(
-                current.status, current.lease_expires_at_ms, current.last_activity_ms, at_or_now(at_ms),
+                current.status,
+                current.lease_expires_at_ms,
+                current.last_activity_ms,
+                at_or_now(at_ms),
                 stale_before_ms,
             )
             check_transition(batch_id, current.status, target, stale=stale)
@@ -255,18 +288,26 @@ class TransitionsMixin(LedgerBase):
         ``python -m airflow_kafka_backpressure.ledger abandon`` (:func:`~.commands.abandon_command`).
         """
         if not str(reason or "").strip():
-            raise ValueError(f"abandon: batch {batch_id}: give a reason (it is recorded with the lost offsets)")
+            raise ValueError(
+                f"abandon: batch {batch_id}: give a reason (it is recorded with the lost offsets)"
+            )
         at = at_or_now(at_ms)
         existing = self.batch(batch_id)
         if existing is not None and existing.status == ABANDONED:
             return existing
 
         def record(conn: Connection, current: BatchRecord) -> None:
-            record_spans(conn, current.pipeline, batch_id, _open_ranges(conn, batch_id), "abandon", str(reason), at)
+            record_spans(
+                conn, current.pipeline, batch_id, _open_ranges(conn, batch_id), "abandon", str(reason), at
+            )
 
         return self._transition(
-            batch_id, ABANDONED, {"ended_at_ms": at, "lease_expires_at_ms": None},
-            stale_before_ms=stale_before_ms, at_ms=at, before_ranges=record,
+            batch_id,
+            ABANDONED,
+            {"ended_at_ms": at, "lease_expires_at_ms": None},
+            stale_before_ms=stale_before_ms,
+            at_ms=at,
+            before_ranges=record,
         )
 
     def record_losses(
@@ -295,7 +336,6 @@ class TransitionsMixin(LedgerBase):
                 )
             check_losses_inside(batch_id, list(lost), _open_ranges(conn, batch_id))
             return record_spans(conn, current.pipeline, batch_id, list(lost), "replay", reason, at)
-
 
 
 def _open_ranges(conn: Connection, batch_id: int) -> list[OffsetRange]:

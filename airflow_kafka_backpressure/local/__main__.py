@@ -38,7 +38,11 @@ from .s3 import S3Server
 from .spark_connect import SparkConnectServer
 
 
-def _serve(server: KafkaBroker | TansuBroker | SparkConnectServer | S3Server, listening: Callable[[], str], exited: str) -> int:
+def _serve(
+    server: KafkaBroker | TansuBroker | SparkConnectServer | S3Server,
+    listening: Callable[[], str],
+    exited: str,
+) -> int:
     """Start ``server``, print ``listening()`` once it answers, run until SIGTERM/SIGINT (exit 0)
     or until its process exits (print ``exited``, exit 1); stop it either way."""
     stop = threading.Event()
@@ -67,7 +71,9 @@ def _broker(args: argparse.Namespace) -> int:
     broker = KafkaBroker(args.work_dir, port=args.port)
     return _serve(
         broker,
-        lambda: f"Apache Kafka (KRaft) listening on {broker.bootstrap}, pid {broker.pid}, log {broker.log_path}",
+        lambda: (
+            f"Apache Kafka (KRaft) listening on {broker.bootstrap}, pid {broker.pid}, log {broker.log_path}"
+        ),
         f"Kafka exited; see {broker.log_path}",
     )
 
@@ -120,7 +126,10 @@ def _produce(args: argparse.Namespace) -> int:
         payload_bytes=args.payload_bytes,
         stop=stop,
     )
-    print(f"produced {sent} records to {args.topic} (ids {args.start_id}..{args.start_id + sent - 1})", flush=True)
+    print(
+        f"produced {sent} records to {args.topic} (ids {args.start_id}..{args.start_id + sent - 1})",
+        flush=True,
+    )
     return 0
 
 
@@ -130,15 +139,25 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("broker", help="run Apache Kafka (KRaft, one node) on 127.0.0.1")
     b.add_argument("--port", type=int, default=None, help="port (default: a free one)")
     b.add_argument("--work-dir", default="kbp-kafka", help="Kafka's data, configuration and log (kafka.log)")
-    b.add_argument("--tansu", action="store_true", help="run the in-memory Tansu broker instead (the local extra; it deviates from Kafka)")
+    b.add_argument(
+        "--tansu",
+        action="store_true",
+        help="run the in-memory Tansu broker instead (the local extra; it deviates from Kafka)",
+    )
     b.add_argument("--log", default=None, help="with --tansu: append the broker's output to this file")
     b.set_defaults(func=_broker)
-    c = sub.add_parser("spark-connect", help="run a Spark Connect server on 127.0.0.1 (from the installed pyspark)")
+    c = sub.add_parser(
+        "spark-connect", help="run a Spark Connect server on 127.0.0.1 (from the installed pyspark)"
+    )
     c.add_argument("--port", type=int, default=None, help="gRPC port (default: a free one)")
     c.add_argument("--master", default="local[2]", help="Spark master of the server (default local[2])")
-    c.add_argument("--work-dir", default="kbp-spark-connect", help="scratch directory and log (spark-connect.log)")
     c.add_argument(
-        "--no-kafka-connector", dest="kafka_connector", action="store_false",
+        "--work-dir", default="kbp-spark-connect", help="scratch directory and log (spark-connect.log)"
+    )
+    c.add_argument(
+        "--no-kafka-connector",
+        dest="kafka_connector",
+        action="store_false",
         help="leave Spark's Kafka connector off the server's classpath (only the Python reader then)",
     )
     c.set_defaults(func=_spark_connect)
@@ -147,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     f.set_defaults(func=_spark_conf)
     s = sub.add_parser("s3", help="run an S3-compatible server (SeaweedFS) on 127.0.0.1")
     s.add_argument("--port", type=int, default=None, help="S3 port (default: a free one)")
-    s.add_argument("--work-dir", default="kbp-s3", help="SeaweedFS's data, credentials file and log (seaweedfs.log)")
+    s.add_argument(
+        "--work-dir", default="kbp-s3", help="SeaweedFS's data, credentials file and log (seaweedfs.log)"
+    )
     s.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
     s.set_defaults(func=_s3)
     p = sub.add_parser("produce", help="write demo records with unique ids")
@@ -155,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topic", required=True)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--count", type=int, default=None, help="records to write (default: until stopped)")
-    p.add_argument("--rate", type=float, default=None, help="records per second (default: as fast as possible)")
+    p.add_argument(
+        "--rate", type=float, default=None, help="records per second (default: as fast as possible)"
+    )
     p.add_argument("--start-id", type=int, default=0)
     p.add_argument("--payload-bytes", type=int, default=64)
     p.set_defaults(func=_produce)

@@ -139,10 +139,18 @@ class KafkaBroker:
         if not (self.data_dir / "meta.properties").exists():
             fmt = subprocess.run(
                 self._java(
-                    "kafka.tools.StorageTool", "format", "--standalone", "-t", new_cluster_id(),
-                    "-c", str(server_properties), classpath=classpath,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "--standalone",
+                    "-t",
+                    new_cluster_id(),
+                    "-c",
+                    str(server_properties),
+                    classpath=classpath,
                 ),
-                capture_output=True, text=True, timeout=120,
+                capture_output=True,
+                text=True,
+                timeout=120,
             )
             if fmt.returncode != 0:
                 raise BrokerError(
@@ -152,15 +160,21 @@ class KafkaBroker:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 self._java("kafka.Kafka", str(server_properties), classpath=classpath),
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.work_dir, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.work_dir,
+                start_new_session=True,
             )
         await_start(
             self,
-            lambda: port_open(self.host, self.port)
-            and metadata_ok(f"{self.host}:{self.port}", timeout_s=2.0)
-            and self._group_coordinator_ready(),
-            timeout_s, BrokerError,
+            lambda: (
+                port_open(self.host, self.port)
+                and metadata_ok(f"{self.host}:{self.port}", timeout_s=2.0)
+                and self._group_coordinator_ready()
+            ),
+            timeout_s,
+            BrokerError,
             f"Kafka exited with code {{code}} while starting on {self.bootstrap}; see {self.log_path}",
             f"Kafka on {self.bootstrap} did not answer metadata within {timeout_s:g}s; see {self.log_path}",
         )
@@ -177,7 +191,9 @@ class KafkaBroker:
 
         try:
             admin = new_client(
-                KafkaAdminClient, bootstrap_servers=f"{self.host}:{self.port}", request_timeout_ms=5000,
+                KafkaAdminClient,
+                bootstrap_servers=f"{self.host}:{self.port}",
+                request_timeout_ms=5000,
                 client_id="kbp-ready",
             )
         except Exception:

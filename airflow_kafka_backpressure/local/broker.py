@@ -165,9 +165,13 @@ class TansuBroker:
                 out.close()  # type: ignore[union-attr]
         see = f"; see {self.log_path}" if self.log_path else ""
         await_start(
-            self, lambda: metadata_ok(self.bootstrap, timeout_s=1.0), timeout_s, BrokerError,
+            self,
+            lambda: metadata_ok(self.bootstrap, timeout_s=1.0),
+            timeout_s,
+            BrokerError,
             f"Tansu broker exited with code {{code}} while starting on {self.bootstrap}{see}",
-            f"Tansu broker on {self.bootstrap} did not answer metadata within {timeout_s}s", interval_s=0.05,
+            f"Tansu broker on {self.bootstrap} did not answer metadata within {timeout_s}s",
+            interval_s=0.05,
         )
         return self
 

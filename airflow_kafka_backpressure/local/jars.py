@@ -57,7 +57,9 @@ class JarsError(RuntimeError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("KBP_JARS_CACHE") or Path.home() / ".cache" / "airflow-kafka-backpressure" / "jars")
+    return Path(
+        os.environ.get("KBP_JARS_CACHE") or Path.home() / ".cache" / "airflow-kafka-backpressure" / "jars"
+    )
 
 
 def kafka_version() -> str:
@@ -121,8 +123,14 @@ def _fetch(name: str, coordinates: Sequence[str], provided: set[str], root: Path
         (work / "pom.xml").write_text(pom(coordinates))
         out = work / "jars"
         cmd = [
-            mvn, "-B", "-q", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
-            f"-DoutputDirectory={out}", "-DincludeScope=runtime",
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(work / "pom.xml"),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={out}",
+            "-DincludeScope=runtime",
         ]
         try:
             result = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S, cwd=work)
@@ -200,7 +208,9 @@ def pyspark_hadoop_version() -> str:
     jars = pyspark_jars_dir()
     found = sorted(p.name for p in jars.glob("hadoop-client-api-*.jar"))
     if not found:
-        raise JarsError(f"no hadoop-client-api jar in {jars}: cannot tell which hadoop-aws matches this pyspark")
+        raise JarsError(
+            f"no hadoop-client-api jar in {jars}: cannot tell which hadoop-aws matches this pyspark"
+        )
     return found[-1][len("hadoop-client-api-") : -len(".jar")]
 
 
@@ -229,7 +239,10 @@ def jars_conf(folder: Callable[[], Path], jars: str | None) -> dict[str, str]:
     paths = jar_paths(folder())
     if jars == "spark.jars":
         return {"spark.jars": ",".join(paths)}
-    return {"spark.driver.extraClassPath": os.pathsep.join(paths), "spark.executor.extraClassPath": os.pathsep.join(paths)}
+    return {
+        "spark.driver.extraClassPath": os.pathsep.join(paths),
+        "spark.executor.extraClassPath": os.pathsep.join(paths),
+    }
 
 
 def spark_s3a_conf(server: Any, *, jars: str | None = "spark.jars") -> dict[str, str]:

@@ -11,13 +11,17 @@ from typing import Any
 from ..kafka.clients import new_client
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int, client_config: dict[str, Any] | None = None) -> bool:
+def ensure_topic(
+    bootstrap: str, topic: str, partitions: int, client_config: dict[str, Any] | None = None
+) -> bool:
     """Create ``topic`` with ``partitions`` partitions unless it exists. True when it was created."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = new_client(KafkaAdminClient, bootstrap_servers=bootstrap, client_id="kbp-demo-admin", **(client_config or {}))
+    admin = new_client(
+        KafkaAdminClient, bootstrap_servers=bootstrap, client_id="kbp-demo-admin", **(client_config or {})
+    )
     try:
         if topic in admin.list_topics():
             return False

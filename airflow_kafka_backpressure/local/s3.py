@@ -91,8 +91,15 @@ class S3Server:
         # every other port SeaweedFS listens on, chosen here (its defaults are fixed numbers)
         self.ports = {
             name: free_port(host)
-            for name in ("s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-                         "filer.port", "filer.port.grpc")
+            for name in (
+                "s3.port.grpc",
+                "master.port",
+                "master.port.grpc",
+                "volume.port",
+                "volume.port.grpc",
+                "filer.port",
+                "filer.port.grpc",
+            )
         }
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -219,12 +226,19 @@ class S3Server:
         (self.work_dir / "master.toml").write_text(MASTER_TOML)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.work_dir, start_new_session=True,
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.work_dir,
+                start_new_session=True,
             )
         try:
             await_start(
-                self, self._answers, timeout_s, S3ServerError,
+                self,
+                self._answers,
+                timeout_s,
+                S3ServerError,
                 f"SeaweedFS exited with code {{code}} while starting on {self.endpoint}; see {self.log_path}",
                 f"SeaweedFS's S3 gateway on {self.endpoint} did not answer within {timeout_s:g}s; see {self.log_path}",
             )

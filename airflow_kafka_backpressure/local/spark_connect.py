@@ -73,7 +73,15 @@ class SparkConnectServer:
             },
             local_only=self.host in ("127.0.0.1", "localhost"),
         )
-        cmd = ["spark-submit", "--master", self.master, "--class", SERVER_CLASS, "--name", "kbp-spark-connect"]
+        cmd = [
+            "spark-submit",
+            "--master",
+            self.master,
+            "--class",
+            SERVER_CLASS,
+            "--name",
+            "kbp-spark-connect",
+        ]
         for key, value in sorted(conf.items()):
             cmd += ["--conf", f"{key}={value}"]
         return [*cmd, "spark-internal"]
@@ -86,7 +94,9 @@ class SparkConnectServer:
         env.update(spark_submit_env(self.work_dir, local_only=self.host in ("127.0.0.1", "localhost")))
         spark_submit = shutil.which("spark-submit", path=env.get("PATH"))
         if spark_submit is None:
-            raise SparkConnectError("spark-submit is not on PATH: install pyspark in this interpreter's environment")
+            raise SparkConnectError(
+                "spark-submit is not on PATH: install pyspark in this interpreter's environment"
+            )
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [spark_submit, *self.command()[1:]],
@@ -98,7 +108,10 @@ class SparkConnectServer:
                 start_new_session=True,
             )
         await_start(
-            self, lambda: port_open(self.host, self.port), timeout_s, SparkConnectError,
+            self,
+            lambda: port_open(self.host, self.port),
+            timeout_s,
+            SparkConnectError,
             f"the Spark Connect server exited with code {{code}} while starting; see {self.log_path}",
             f"the Spark Connect server did not open {self.url} within {timeout_s:g}s; see {self.log_path}",
         )

@@ -34,13 +34,19 @@ class PipelineOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self._pipeline = pipeline if isinstance(pipeline, PipelineConfig) else PipelineConfig.from_dict(dict(pipeline))
+        self._pipeline = (
+            pipeline if isinstance(pipeline, PipelineConfig) else PipelineConfig.from_dict(dict(pipeline))
+        )
         self.kafka_conn_id = kafka_conn_id or self._pipeline.kafka_conn_id
         self.ledger_conn_id = ledger_conn_id if ledger_conn_id is not None else self._pipeline.ledger_conn_id
         self.topics = list(topics or self._pipeline.topics)
 
     def _overrides(self) -> dict[str, Any]:
-        return {"kafka_conn_id": self.kafka_conn_id, "ledger_conn_id": self.ledger_conn_id, "topics": tuple(self.topics)}
+        return {
+            "kafka_conn_id": self.kafka_conn_id,
+            "ledger_conn_id": self.ledger_conn_id,
+            "topics": tuple(self.topics),
+        }
 
     @property
     def pipeline(self) -> PipelineConfig:

@@ -38,7 +38,11 @@ class BatchRunningOperator(PipelineOperator):
     """Base of the operators that run batches: the Spark hook, the run-and-mark step, ``on_kill``,
     the sink Asset as outlet, lineage. The Spark connection ids are template fields too."""
 
-    template_fields: Sequence[str] = (*PipelineOperator.template_fields, "spark_conn_id", "spark_connect_conn_id")
+    template_fields: Sequence[str] = (
+        *PipelineOperator.template_fields,
+        "spark_conn_id",
+        "spark_connect_conn_id",
+    )
 
     def __init__(
         self,
@@ -73,7 +77,9 @@ class BatchRunningOperator(PipelineOperator):
         return self.pipeline.lease_s or LEASE_S
 
     # ----- one batch ----------------------------------------------------------------------------
-    def claim(self, ledger: Ledger, batch_id: int, *, replay: bool, executors: int | None = None, **kw: Any) -> str:
+    def claim(
+        self, ledger: Ledger, batch_id: int, *, replay: bool, executors: int | None = None, **kw: Any
+    ) -> str:
         """Mark the batch running (``replay``: replaying) under a new lease; returns its token."""
         token = new_attempt_token()
         lease_ms = int(self._lease_s * 1000)
@@ -118,7 +124,9 @@ class BatchRunningOperator(PipelineOperator):
             if before_finish is not None:
                 before_finish(metrics)
         except BaseException as e:
-            self._mark_failed(ledger, plan.batch_id, token, getattr(e, "job_message", None) or f"{type(e).__name__}: {e}")
+            self._mark_failed(
+                ledger, plan.batch_id, token, getattr(e, "job_message", None) or f"{type(e).__name__}: {e}"
+            )
             raise
         finally:
             self._current = None
@@ -126,21 +134,32 @@ class BatchRunningOperator(PipelineOperator):
         self.finish(ledger, plan, metrics, token=token, replay=replay)
         return metrics
 
-    def finish(self, ledger: Ledger, plan: BatchPlan, metrics: BatchMetrics, *, token: str, replay: bool) -> None:
+    def finish(
+        self, ledger: Ledger, plan: BatchPlan, metrics: BatchMetrics, *, token: str, replay: bool
+    ) -> None:
         """Record a committed batch: ledger status and measured executors, and its Asset event."""
         finish = ledger.mark_replayed if replay else ledger.mark_succeeded
-        finish(plan.batch_id, metrics.records, metrics.processing_ms, at_ms=metrics.committed_at_ms, token=token)
+        finish(
+            plan.batch_id, metrics.records, metrics.processing_ms, at_ms=metrics.committed_at_ms, token=token
+        )
         ledger.record_metrics(plan.batch_id, executors=metrics.executors)  # measured, not just the target
         if plan.records:  # an empty batch writes nothing to the sink: no event
             self._committed.append(
                 batch_event_extra(
-                    plan.batch_id, plan.ranges, metrics.records, replay=replay, output_path=plan.output_path,
+                    plan.batch_id,
+                    plan.ranges,
+                    metrics.records,
+                    replay=replay,
+                    output_path=plan.output_path,
                     run_id=plan.run_id,
                 )
             )
         self.log.info(
             "Batch %s: %s records in %s ms with %s executor(s)",
-            plan.batch_id, metrics.records, metrics.processing_ms, metrics.executors,
+            plan.batch_id,
+            metrics.records,
+            metrics.processing_ms,
+            metrics.executors,
         )
 
     def emit_events(self, context: Any) -> None:
@@ -159,7 +178,9 @@ class BatchRunningOperator(PipelineOperator):
             ledger, batch_id, token = current
             try:
                 self._mark_failed(
-                    ledger, batch_id, token,
+                    ledger,
+                    batch_id,
+                    token,
                     "the Airflow task was killed while the batch ran (on_kill); the batch is replayable",
                 )
             except Exception as e:  # noqa: BLE001 - stopping Spark matters more

@@ -38,7 +38,9 @@ def load_settings(pipeline: PipelineConfig) -> ControllerSettings:
     if text is None:
         settings = ControllerSettings()
         Variable.set(
-            key, settings.to_json(), description=f"Mode, gains and limits of pipeline {pipeline.name}.\n" + settings_help()
+            key,
+            settings.to_json(),
+            description=f"Mode, gains and limits of pipeline {pipeline.name}.\n" + settings_help(),
         )
         log.info("Created Variable %r with the defaults; edit it in the UI to tune the controller", key)
         return settings
@@ -75,10 +77,14 @@ def load_controller(pipeline: PipelineConfig, settings: ControllerSettings) -> P
     try:
         return PipelineController.from_dict(state, settings.mode, estimator, where=f"Variable {key!r}")
     except ControllerStateError as e:
-        raise ControllerStateError(f"{e}. It holds state written by the pipeline: delete it to start the controller again.") from e
+        raise ControllerStateError(
+            f"{e}. It holds state written by the pipeline: delete it to start the controller again."
+        ) from e
 
 
-def save_controller(pipeline: PipelineConfig, controller: PipelineController, settings: ControllerSettings) -> None:
+def save_controller(
+    pipeline: PipelineConfig, controller: PipelineController, settings: ControllerSettings
+) -> None:
     Variable.set(
         pipeline.controller_variable,
         json.dumps(controller.to_dict(settings.cost_params(), pipeline.batch_interval_s), sort_keys=True),
@@ -97,9 +103,11 @@ def load_executor_target(pipeline: PipelineConfig, settings: ControllerSettings)
         raise ValueError(
             f"Variable {pipeline.executors_variable!r}: 'executors' = {executors!r} must be an integer >= 1"
         )
-    return {"executors": executors, "changed_after_batch": state.get("changed_after_batch"), **{
-        k: v for k, v in state.items() if k not in ("executors", "changed_after_batch")
-    }}
+    return {
+        "executors": executors,
+        "changed_after_batch": state.get("changed_after_batch"),
+        **{k: v for k, v in state.items() if k not in ("executors", "changed_after_batch")},
+    }
 
 
 def save_executor_target(pipeline: PipelineConfig, state: dict[str, Any]) -> None:
@@ -135,7 +143,11 @@ def commit_progress(pipeline: PipelineConfig, ledger: Ledger, kafka: KafkaOffset
     The whole read-compare-commit runs under the pipeline's ledger lock (:func:`commit_lock`), so a
     slower caller holding an older view can never commit after, and under, a newer one."""
     with commit_lock(pipeline, ledger):
-        done = {tp: o for tp, o in ledger.committable_offsets(pipeline.name).items() if tp.topic in pipeline.topics}
+        done = {
+            tp: o
+            for tp, o in ledger.committable_offsets(pipeline.name).items()
+            if tp.topic in pipeline.topics
+        }
         known = ledger.known_topic_ids(pipeline.name)
         if done and known:
             # a topic deleted and created again since the newest plan: the ledger's watermarks are the
@@ -145,7 +157,9 @@ def commit_progress(pipeline: PipelineConfig, ledger: Ledger, kafka: KafkaOffset
                 log.warning(
                     "Pipeline %s: topic(s) %s were deleted and created again since the newest plan: the group is "
                     "not committed for them (the next plan applies on_topic_reset=%r)",
-                    pipeline.name, {t: f"{old} -> {new}" for t, (old, new) in changed.items()}, pipeline.on_topic_reset,
+                    pipeline.name,
+                    {t: f"{old} -> {new}" for t, (old, new) in changed.items()},
+                    pipeline.on_topic_reset,
                 )
                 done = {tp: o for tp, o in done.items() if tp.topic not in changed}
         current = kafka.committed_offsets(pipeline.group, list(done)) if done else {}
@@ -157,7 +171,9 @@ def commit_progress(pipeline: PipelineConfig, ledger: Ledger, kafka: KafkaOffset
 def commit_lock(pipeline: PipelineConfig, ledger: Ledger) -> Any:
     """The ledger lock around a consumer-group commit of ``pipeline``. Its holder makes at most two
     bounded broker calls, so waiting for it is bounded by a few broker timeouts."""
-    return ledger_lock(ledger, f"{pipeline.name}:group-commit", timeout_s=4 * pipeline.kafka_timeout_s + ledger.timeout_s)
+    return ledger_lock(
+        ledger, f"{pipeline.name}:group-commit", timeout_s=4 * pipeline.kafka_timeout_s + ledger.timeout_s
+    )
 
 
 def state_lock(pipeline: PipelineConfig, ledger: Ledger, variable: str) -> Any:
@@ -187,4 +203,3 @@ def refuse_backfill(pipeline: PipelineConfig, dag_run: Any) -> None:
         f"{pipeline.replay_dag_id!r}; to rewrite one past batch, clear its original ingest run (it reuses its "
         "stored plan). Cancel this backfill."
     )
-

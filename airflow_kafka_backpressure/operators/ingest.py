@@ -10,7 +10,6 @@ from airflow.sdk import Context
 from ..ledger import PLANNED, InvalidTransition
 from ..models import BatchMetrics, BatchPlan
 from ..topic_identity import changed_topics, reset_refusal
-from ..pipeline import PipelineConfig
 from .batch import BatchRunningOperator
 from .common import load_executor_target, load_settings
 from .plan import TopicResetError
@@ -37,7 +36,12 @@ class SparkKafkaBatchOperator(BatchRunningOperator):
         changed = changed_topics(plan.topic_ids, current)
         if changed:
             raise TopicResetError(
-                reset_refusal(self.pipeline.name, changed, f"read for batch {plan.batch_id}", self.pipeline.on_topic_reset)
+                reset_refusal(
+                    self.pipeline.name,
+                    changed,
+                    f"read for batch {plan.batch_id}",
+                    self.pipeline.on_topic_reset,
+                )
             )
 
     def execute(self, context: Context) -> dict[str, Any]:

@@ -102,7 +102,9 @@ class PlanOffsetRangesOperator(PipelineOperator):
             latest = kafka.latest_offsets(tps)
             heads = {tp: o for tp, o in ledger.heads(p.name).items() if tp.topic in p.topics}
             new = [tp for tp in tps if tp not in heads]
-            committed = kafka.committed_offsets(p.group, [tp for tp in new if tp.topic not in reset]) if new else {}
+            committed = (
+                kafka.committed_offsets(p.group, [tp for tp in new if tp.topic not in reset]) if new else {}
+            )
             # a topic created again starts at its earliest offset, whatever the group held for the old one
             committed.update({tp: earliest[tp] for tp in new if tp.topic in reset})
 
@@ -111,8 +113,11 @@ class PlanOffsetRangesOperator(PipelineOperator):
         lag = sum(max(latest[tp] - max(current[tp], earliest[tp]), 0) for tp in latest)
         plans = recent_plans(ledger, p)
         waiting = wait_for_data(
-            lag, self._min_records(settings, controller), settings.max_batch_delay_s,
-            plans[0].plan.planned_at_ms if plans else None, now_ms,
+            lag,
+            self._min_records(settings, controller),
+            settings.max_batch_delay_s,
+            plans[0].plan.planned_at_ms if plans else None,
+            now_ms,
         )
         if waiting is not None:
             self._skip(settings, waiting)
@@ -131,7 +136,10 @@ class PlanOffsetRangesOperator(PipelineOperator):
         for loss in allocation.data_loss:
             self.log.warning(
                 "Data loss on %s-%s: offsets [%s, %s) were deleted by retention before they were read",
-                loss.topic, loss.partition, loss.from_offset, loss.until_offset,
+                loss.topic,
+                loss.partition,
+                loss.from_offset,
+                loss.until_offset,
             )
         lag_after = sum(latest[r.tp] - r.until_offset for r in allocation.ranges)
         plan = ledger.record_plan(
@@ -150,7 +158,12 @@ class PlanOffsetRangesOperator(PipelineOperator):
         self.log.info(
             "Batch %s: %s records over %s partitions (mode %s, rate limit %s records/s, %s records left "
             "behind): %s",
-            plan.batch_id, plan.records, len(plan.ranges), decision.mode, allocation.rate_limit, lag_after,
+            plan.batch_id,
+            plan.records,
+            len(plan.ranges),
+            decision.mode,
+            allocation.rate_limit,
+            lag_after,
             decision.reason if settings.backpressure_enabled else "backpressure_enabled is false",
         )
         after_plan(p.name, plan.batch_id)  # a no-op outside the fault tests
@@ -174,7 +187,9 @@ class PlanOffsetRangesOperator(PipelineOperator):
         batch whose fitted fixed cost is at most that share of its time (never above the cap)."""
         n = settings.min_records_per_batch
         if settings.mode == COST and settings.min_batch_fixed_share > 0:
-            derived = records_for_fixed_share(controller.cost.fit(), settings.min_batch_fixed_share, self._executors(settings))
+            derived = records_for_fixed_share(
+                controller.cost.fit(), settings.min_batch_fixed_share, self._executors(settings)
+            )
             n = min(max(n, derived), settings.max_records_per_batch)
         return n
 
@@ -215,7 +230,12 @@ class PlanOffsetRangesOperator(PipelineOperator):
                 "Pipeline %s: topic %r was deleted and created again (id %s -> %s); on_topic_reset='earliest': "
                 "its %s old ranges are kept as %r and the new topic is read from its earliest offset. Offsets "
                 "of the old topic that were never planned cannot be counted any more.",
-                p.name, topic, old, new, moved, archived,
+                p.name,
+                topic,
+                old,
+                new,
+                moved,
+                archived,
             )
         return set(changed)
 
@@ -238,7 +258,9 @@ class PlanOffsetRangesOperator(PipelineOperator):
                 batch_interval_s=p.batch_interval_s,
                 executors=self._executors(settings),
                 arrivals_per_s=arrival_rate(arrivals_history(plans, now_ms, sum(latest.values()))),
-                previous_budget=None if last is None or last.rate is None else int(last.rate * p.batch_interval_s),
+                previous_budget=None
+                if last is None or last.rate is None
+                else int(last.rate * p.batch_interval_s),
                 draining=last is not None and (last.lag or 0) > 0,
             ),
         )

@@ -101,10 +101,17 @@ class RecordBatchMetricsOperator(PipelineOperator):
         try:
             result = ledger.prune(p.name, keep_batches=p.ledger_keep_batches, older_than_ms=older_than_ms)
         except Exception as e:  # noqa: BLE001 - housekeeping; the batch is committed already
-            self.log.warning("Pipeline %s: pruning the ledger failed (the next batch tries again): %s", p.name, e)
+            self.log.warning(
+                "Pipeline %s: pruning the ledger failed (the next batch tries again): %s", p.name, e
+            )
             return None
         if result.batches:
-            self.log.info("Pipeline %s: pruned %s finished batch(es) from the ledger (%s)", p.name, result.batches, result)
+            self.log.info(
+                "Pipeline %s: pruned %s finished batch(es) from the ledger (%s)",
+                p.name,
+                result.batches,
+                result,
+            )
         return int(result.batches)
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -160,8 +167,14 @@ class RecordBatchMetricsOperator(PipelineOperator):
         self.log.info(
             "Batch %s: %s records, %s ms processing, %s ms scheduling delay -> PID rate limit %s records/s; "
             "cost model %s",
-            metrics.batch_id, metrics.records, metrics.processing_ms, delay, controller.rate.latest_rate,
-            "not fitted yet" if fit is None else f"fixed {fit.fixed_s:.1f} s + {fit.per_record_s * 1000:.3f} ms/record/executor ({fit.method})",
+            metrics.batch_id,
+            metrics.records,
+            metrics.processing_ms,
+            delay,
+            controller.rate.latest_rate,
+            "not fitted yet"
+            if fit is None
+            else f"fixed {fit.fixed_s:.1f} s + {fit.per_record_s * 1000:.3f} ms/record/executor ({fit.method})",
         )
         if feedback.cost_event:
             self.log.info("Pipeline %s: %s", p.name, feedback.cost_event)

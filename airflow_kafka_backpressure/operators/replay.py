@@ -43,7 +43,9 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
 
     ui_color = "#fde8e8"
 
-    def __init__(self, *, pipeline: PipelineConfig | dict[str, Any], max_batches: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *, pipeline: PipelineConfig | dict[str, Any], max_batches: int | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(pipeline=pipeline, **kwargs)
         self.max_batches = max_batches
 
@@ -97,7 +99,10 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
         p = self.pipeline
         self.log.info(
             "Replaying batch %s (%s, planned by run %s): %s",
-            batch.batch_id, batch.status, batch.run_id, ", ".join(str(r) for r in batch.ranges if r.count),
+            batch.batch_id,
+            batch.status,
+            batch.run_id,
+            ", ".join(str(r) for r in batch.ranges if r.count),
         )
         with self.kafka_hook.get_conn() as kafka:
             # a topic deleted and created again: its planned offsets now hold other records
@@ -114,27 +119,42 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
         adopt = Adoption(batch.owner_token or "", batch.plan.ranges, refusal)
         token = self.claim(ledger, batch.batch_id, replay=True, stale_before_ms=stale)
         if refusal is not None:
-            metrics = self.run_and_mark(ledger, batch.plan, executors, kafka_props, token=token, replay=True, adopt=adopt)
-            return {"batch_id": batch.batch_id, "records": metrics.records, "processing_ms": metrics.processing_ms,
-                    "adopted": metrics.adopted, "lost": 0}
+            metrics = self.run_and_mark(
+                ledger, batch.plan, executors, kafka_props, token=token, replay=True, adopt=adopt
+            )
+            return {
+                "batch_id": batch.batch_id,
+                "records": metrics.records,
+                "processing_ms": metrics.processing_ms,
+                "adopted": metrics.adopted,
+                "lost": 0,
+            }
         plan = trimmed_plan(after_reset, decision)
         if reset.lost:
             self.log.warning(
                 "Batch %s: its topic(s) %s were deleted and created again; on_topic_reset='earliest': recording "
-                "%s planned offsets (%s) as lost and replaying the rest", batch.batch_id,
-                sorted({d.topic for d in reset.lost}), reset.lost_records, ", ".join(map(str, reset.lost)),
+                "%s planned offsets (%s) as lost and replaying the rest",
+                batch.batch_id,
+                sorted({d.topic for d in reset.lost}),
+                reset.lost_records,
+                ", ".join(map(str, reset.lost)),
             )
         if decision.lost:
             self.log.warning(
                 "Batch %s: retention deleted %s planned offsets (%s); on_data_loss='skip': recording them "
-                "as lost and replaying the rest", batch.batch_id, decision.lost_records,
+                "as lost and replaying the rest",
+                batch.batch_id,
+                decision.lost_records,
                 ", ".join(map(str, decision.lost)),
             )
 
         def record_losses(metrics: BatchMetrics) -> None:
             if metrics.adopted:  # an adopted version holds those offsets
                 return
-            for lost, reason in ((reset.lost, RESET_REASON), (decision.lost, "retention deleted them before the replay")):
+            for lost, reason in (
+                (reset.lost, RESET_REASON),
+                (decision.lost, "retention deleted them before the replay"),
+            ):
                 if lost:
                     ledger.record_losses(batch.batch_id, lost, reason, token=token)
 
@@ -149,7 +169,13 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
             self.finish(ledger, plan, metrics, token=token, replay=True)
         else:
             metrics = self.run_and_mark(
-                ledger, plan, executors, kafka_props, token=token, replay=True, adopt=adopt,
+                ledger,
+                plan,
+                executors,
+                kafka_props,
+                token=token,
+                replay=True,
+                adopt=adopt,
                 before_finish=record_losses,
             )
         return {

@@ -7,7 +7,6 @@ from typing import Any
 from airflow.sdk import Context
 
 from ..ledger import SUCCEEDED
-from ..pipeline import PipelineConfig
 from .base import PipelineOperator
 from .common import (
     load_controller,
@@ -51,7 +50,12 @@ class ExecutorScalingOperator(PipelineOperator):
         ]
         window = batches[: settings.scaling_window_batches]
         if not settings.scaling_enabled:
-            decision = {"target": current, "action": "hold", "ratio": None, "reason": "scaling_enabled is false"}
+            decision = {
+                "target": current,
+                "action": "hold",
+                "ratio": None,
+                "reason": "scaling_enabled is false",
+            }
         else:
             since = None if changed_after is None else len(batches)
             # the active mode's rule (control.modes.REGISTRY): Spark's, or the cost model's judgement

@@ -40,7 +40,9 @@ app = FastAPI(
 
 _Limit = Query(views.DEFAULT_LIMIT, ge=1, le=views.MAX_LIMIT, description="newest batches to return")
 _StaleAfter = Query(
-    views.DEFAULT_STALE_AFTER_S, gt=0, description="planned/running batches idle this long (s) count as replayable"
+    views.DEFAULT_STALE_AFTER_S,
+    gt=0,
+    description="planned/running batches idle this long (s) count as replayable",
 )
 
 
@@ -53,7 +55,9 @@ def _no_store(response: JSONResponse) -> JSONResponse:
 @app.get("/pipelines")
 def list_pipelines(user: Any = Depends(authenticated_user)) -> JSONResponse:
     ledger = views.open_ledger()
-    return _no_store(JSONResponse({"ledger": views.ledger_description(), "pipelines": views.pipelines(user, ledger)}))
+    return _no_store(
+        JSONResponse({"ledger": views.ledger_description(), "pipelines": views.pipelines(user, ledger)})
+    )
 
 
 @app.get("/pipelines/{pipeline}/batches")
@@ -65,7 +69,9 @@ def list_batches(
 ) -> JSONResponse:
     ledger = views.open_ledger()
     require_pipeline(user, pipeline, ledger)
-    return _no_store(JSONResponse({"pipeline": pipeline, "batches": views.batches(ledger, pipeline, limit, status)}))
+    return _no_store(
+        JSONResponse({"pipeline": pipeline, "batches": views.batches(ledger, pipeline, limit, status)})
+    )
 
 
 @app.get("/pipelines/{pipeline}/replayable")
@@ -112,9 +118,13 @@ def pipeline_overview(
 def pipeline_lag(
     pipeline: str,
     retention_margin_records: int = Query(
-        0, ge=0, description="a partition with unread data this close to the earliest retained offset is at risk"
+        0,
+        ge=0,
+        description="a partition with unread data this close to the earliest retained offset is at risk",
     ),
-    timestamps: bool = Query(True, description="read the oldest unwritten record's timestamp (seconds behind)"),
+    timestamps: bool = Query(
+        True, description="read the oldest unwritten record's timestamp (seconds behind)"
+    ),
     user: Any = Depends(authenticated_user),
 ) -> JSONResponse:
     ledger = views.open_ledger()

@@ -61,7 +61,9 @@ def can_read_pipeline(user: Any, pipeline: str) -> bool:
 def can_read_variable(user: Any, key: str) -> bool:
     from airflow.api_fastapi.auth.managers.models.resource_details import VariableDetails
 
-    return bool(_auth_manager().is_authorized_variable(method="GET", details=VariableDetails(key=key), user=user))
+    return bool(
+        _auth_manager().is_authorized_variable(method="GET", details=VariableDetails(key=key), user=user)
+    )
 
 
 def require_pipeline(user: Any, pipeline: str, ledger: Ledger) -> None:

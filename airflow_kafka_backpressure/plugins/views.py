@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from fastapi import HTTPException
 
 from ..control.scaling import SCALING_DOWN_RATIO, SCALING_UP_RATIO
-from ..pipeline import DEFAULT_STALE_AFTER_S
 from .auth import can_read_pipeline, can_read_variable, ingest_dag_id
 
 if TYPE_CHECKING:
@@ -58,7 +57,9 @@ def ledger_description() -> dict[str, Any]:
     conn_id = ledger_conn_id()
     return {
         "conn_id": conn_id,
-        "source": f"connection {conn_id!r} (env {LEDGER_CONN_ENV})" if conn_id else "default SQLite file under AIRFLOW_HOME",
+        "source": f"connection {conn_id!r} (env {LEDGER_CONN_ENV})"
+        if conn_id
+        else "default SQLite file under AIRFLOW_HOME",
     }
 
 
@@ -122,7 +123,9 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def batches(ledger: Ledger, pipeline: str, limit: int, statuses: list[str] | None = None) -> list[dict[str, Any]]:
+def batches(
+    ledger: Ledger, pipeline: str, limit: int, statuses: list[str] | None = None
+) -> list[dict[str, Any]]:
     try:
         return [batch_view(b) for b in ledger.recent_batches(pipeline, limit=limit, statuses=statuses)]
     except ValueError as e:
@@ -262,7 +265,9 @@ def pipeline_config(ledger: Ledger, name: str) -> tuple[PipelineConfig, str]:
     latest = ledger.recent_batches(name, limit=1)
     topics = sorted({r.topic for r in latest[0].ranges}) if latest else []
     if not topics:
-        raise HTTPException(status_code=404, detail=f"Pipeline {name!r}: no topic known (no batch with ranges).")
+        raise HTTPException(
+            status_code=404, detail=f"Pipeline {name!r}: no topic known (no batch with ranges)."
+        )
     p = PipelineConfig(name=name, topics=tuple(topics), sink=latest[0].sink)
     return p, (
         f"defaults (pipeline not in {PIPELINES_FILE_ENV}): connection {p.kafka_conn_id!r}, group {p.group!r}, "
@@ -326,7 +331,9 @@ def lag(ledger: Ledger, name: str, retention_margin_records: int, with_timestamp
     )
 
 
-def _read_lag(ledger: Ledger, name: str, retention_margin_records: int, with_timestamps: bool) -> dict[str, Any]:
+def _read_lag(
+    ledger: Ledger, name: str, retention_margin_records: int, with_timestamps: bool
+) -> dict[str, Any]:
     from ..hooks.kafka_offsets import KafkaOffsetsHook
     from ..kafka.lag import measure_lag
 
@@ -352,4 +359,9 @@ def _read_lag(ledger: Ledger, name: str, retention_margin_records: int, with_tim
                 f"(every request bounded to {BROKER_TIMEOUT_S:g} s): {type(e).__name__}: {e}"
             ),
         ) from None
-    return {**report.to_dict(), "config_source": source, "kafka_conn_id": p.kafka_conn_id, "topics": list(p.topics)}
+    return {
+        **report.to_dict(),
+        "config_source": source,
+        "kafka_conn_id": p.kafka_conn_id,
+        "topics": list(p.topics),
+    }

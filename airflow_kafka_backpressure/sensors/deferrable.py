@@ -46,5 +46,7 @@ class DeferrablePollingSensor(BaseSensorOperator):
                 raise AirflowSkipException(message)
             raise AirflowSensorTimeout(message)
         if not event or event.get("status") != "found":
-            raise RuntimeError(f"{self.waiting_for()}: the trigger stopped: {(event or {}).get('message', 'no event')}")
+            raise RuntimeError(
+                f"{self.waiting_for()}: the trigger stopped: {(event or {}).get('message', 'no event')}"
+            )
         return self.result(event)

@@ -36,7 +36,9 @@ class FailedRangesSensor(DeferrablePollingSensor):
         from ..triggers.failed_ranges import FailedRangesTrigger
 
         p = self.pipeline
-        return FailedRangesTrigger(p.ledger_conn_id, p.name, stale_before_ms(p), float(self.poke_interval), deadline_ms)
+        return FailedRangesTrigger(
+            p.ledger_conn_id, p.name, stale_before_ms(p), float(self.poke_interval), deadline_ms
+        )
 
     def result(self, event: dict[str, Any]) -> list[int]:
         return list(event["batch_ids"])

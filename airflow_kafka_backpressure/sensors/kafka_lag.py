@@ -40,7 +40,9 @@ class KafkaLagSensor(DeferrablePollingSensor):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.pipeline = pipeline if isinstance(pipeline, PipelineConfig) else PipelineConfig.from_dict(dict(pipeline))
+        self.pipeline = (
+            pipeline if isinstance(pipeline, PipelineConfig) else PipelineConfig.from_dict(dict(pipeline))
+        )
         self.max_lag_records = max_lag_records
         self.max_seconds_behind = max_seconds_behind
         self.retention_margin_records = retention_margin_records
@@ -51,7 +53,9 @@ class KafkaLagSensor(DeferrablePollingSensor):
         try:
             return LagThresholds(self.max_lag_records, self.max_seconds_behind, self.retention_margin_records)
         except ValueError as e:
-            raise ValueError(f"KafkaLagSensor {self.task_id!r} of pipeline {self.pipeline.name!r}: {e}") from None
+            raise ValueError(
+                f"KafkaLagSensor {self.task_id!r} of pipeline {self.pipeline.name!r}: {e}"
+            ) from None
 
     def _trigger_args(self) -> dict[str, Any]:
         p = self.pipeline
@@ -72,7 +76,10 @@ class KafkaLagSensor(DeferrablePollingSensor):
         reasons = thresholds.crossed(report)
         self.log.info(
             "Pipeline %s: lag %s records, max %s s behind, at risk: %s",
-            self.pipeline.name, report.total_lag, report.max_seconds_behind, [str(p.tp) for p in report.at_risk],
+            self.pipeline.name,
+            report.total_lag,
+            report.max_seconds_behind,
+            [str(p.tp) for p in report.at_risk],
         )
         if not reasons:
             return PokeReturnValue(is_done=False)

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..models import BatchPlan
 from ..control.cost import CostFit, CostObservation, fit_cost
+from ..models import BatchPlan
 from .simulate import DEFAULT_SCHEDULER_LATENCY_S, ArrivalProfile, CapacityProfile, Scenario
 
 #: Batch statuses whose metrics measured a real job.
@@ -86,11 +86,12 @@ def scenario_from_history(
             "added it). Let the pipeline run a few batches and try again."
         )
     measured = [
-        b for b in batches
-        if b.status in MEASURED and (b.records or 0) > 0 and (b.processing_ms or 0) > 0
+        b for b in batches if b.status in MEASURED and (b.records or 0) > 0 and (b.processing_ms or 0) > 0
     ]
     observations = [
-        CostObservation(b.batch_id, int(b.records or 0), int(b.processing_ms or 0), max(int(b.executors or 1), 1))
+        CostObservation(
+            b.batch_id, int(b.records or 0), int(b.processing_ms or 0), max(int(b.executors or 1), 1)
+        )
         for b in sorted(measured, key=lambda b: b.batch_id)
     ]
     fit = fit_cost(observations)

@@ -49,7 +49,13 @@ METRICS: tuple[Metric, ...] = (
 )
 
 
-def _panel(x0: float, y0: float, title: str, series: Sequence[tuple[str, list[float | None]]], hlines: Sequence[tuple[float, str]]) -> list[str]:
+def _panel(
+    x0: float,
+    y0: float,
+    title: str,
+    series: Sequence[tuple[str, list[float | None]]],
+    hlines: Sequence[tuple[float, str]],
+) -> list[str]:
     plot_w, plot_h = PANEL_W - MARGIN_L - MARGIN_R, PANEL_H - MARGIN_T - MARGIN_B
     values = [v for _, ys in series for v in ys if v is not None and math.isfinite(v)]
     top = max(values + [h for h, _ in hlines] + [0.0])
@@ -74,7 +80,9 @@ def _panel(x0: float, y0: float, title: str, series: Sequence[tuple[str, list[fl
     for value, label in hlines:
         y = py(value)
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" class="h"/>')
-        out.append(f'<text x="{left + plot_w - 2}" y="{y - 3:.1f}" class="a" text-anchor="end">{escape(label)}</text>')
+        out.append(
+            f'<text x="{left + plot_w - 2}" y="{y - 3:.1f}" class="a" text-anchor="end">{escape(label)}</text>'
+        )
     for mode, ys in series:
         color = COLORS.get(mode, OTHER_COLOR)
         segments: list[list[str]] = [[]]
@@ -86,12 +94,16 @@ def _panel(x0: float, y0: float, title: str, series: Sequence[tuple[str, list[fl
             segments[-1].append(f"{px(i):.1f},{py(v):.1f}")
         for seg in segments:
             if seg:
-                out.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" stroke-width="1.3"/>')
+                out.append(
+                    f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" stroke-width="1.3"/>'
+                )
     out.append(f'<rect x="{left}" y="{y0 + MARGIN_T}" width="{plot_w}" height="{plot_h}" class="f"/>')
     return out
 
 
-def render_svg(rows: Sequence[tuple[str, Sequence[SimulationResult]]], *, target_ratio: float | None = None) -> str:
+def render_svg(
+    rows: Sequence[tuple[str, Sequence[SimulationResult]]], *, target_ratio: float | None = None
+) -> str:
     """One row of four panels per ``(title, results)``; each result is one mode's line."""
     width = 4 * PANEL_W
     height = len(rows) * (PANEL_H + TITLE_H) + 30

@@ -12,7 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .simulate import DEFAULT_SCHEDULER_LATENCY_S, ArrivalProfile, CapacityProfile, Figures, Scenario, simulate
+from .simulate import (
+    DEFAULT_SCHEDULER_LATENCY_S,
+    ArrivalProfile,
+    CapacityProfile,
+    Figures,
+    Scenario,
+    simulate,
+)
 
 
 def _per_record(arrivals_per_s: float, interval_s: float, fixed_s: float, load: float) -> float:
@@ -23,8 +30,17 @@ def _per_record(arrivals_per_s: float, interval_s: float, fixed_s: float, load: 
 
 
 def capacity_drop(
-    name: str, description: str, interval_s: float, fixed_s: float, arrivals_per_s: float, capacity_per_s: float,
-    *, down_from: int, down_batches: int, factor: float, batches: int,
+    name: str,
+    description: str,
+    interval_s: float,
+    fixed_s: float,
+    arrivals_per_s: float,
+    capacity_per_s: float,
+    *,
+    down_from: int,
+    down_batches: int,
+    factor: float,
+    batches: int,
 ) -> Scenario:
     """Capacity ``factor`` × ``capacity_per_s`` from batch ``down_from`` for ``down_batches``
     batches, then back; the drain is measured from the first batch that runs at the restored
@@ -46,15 +62,31 @@ def capacity_drop(
 
 def issue_drop() -> Scenario:
     return capacity_drop(
-        "issue-drop", "issue 8: B=60 s, fixed 15 s, 1,000/s in, capacity 2,000/s dropping to 600/s for 40 batches",
-        60.0, 15.0, 1000.0, 2000.0, down_from=20, down_batches=40, factor=0.3, batches=150,
+        "issue-drop",
+        "issue 8: B=60 s, fixed 15 s, 1,000/s in, capacity 2,000/s dropping to 600/s for 40 batches",
+        60.0,
+        15.0,
+        1000.0,
+        2000.0,
+        down_from=20,
+        down_batches=40,
+        factor=0.3,
+        batches=150,
     )
 
 
 def drop_30() -> Scenario:
     return capacity_drop(
-        "drop-30", "B=30 s, fixed 5 s, 2,000/s in at 48% load; capacity drops to 30% for 10 batches",
-        30.0, 5.0, 2000.0, 5000.0, down_from=20, down_batches=10, factor=0.3, batches=80,
+        "drop-30",
+        "B=30 s, fixed 5 s, 2,000/s in at 48% load; capacity drops to 30% for 10 batches",
+        30.0,
+        5.0,
+        2000.0,
+        5000.0,
+        down_from=20,
+        down_batches=10,
+        factor=0.3,
+        batches=80,
     )
 
 
@@ -66,7 +98,9 @@ def noise_90(kind: str = "iid", seed: int = 7) -> Scenario:
         batch_interval_s=b,
         duration_s=300 * b,
         arrivals=ArrivalProfile(1000.0),
-        capacity=CapacityProfile(fixed, _per_record(1000.0, b, fixed, 0.9), noise=0.2, noise_kind=kind, seed=seed),
+        capacity=CapacityProfile(
+            fixed, _per_record(1000.0, b, fixed, 0.9), noise=0.2, noise_kind=kind, seed=seed
+        ),
     )
 
 
@@ -271,21 +305,37 @@ def criteria() -> dict[str, tuple[Criterion, ...]]:
     """The issue's criteria by scenario name. Every shipped scenario has capacity above its input
     in the long run (the drops end), so every one is judged on its lag trend."""
     drop = (
-        Criterion("worst runs over the interval after the drop", MAX_OVER_AFTER_DROP, True, _worst(lambda f: f.over_after_drop)),
+        Criterion(
+            "worst runs over the interval after the drop",
+            MAX_OVER_AFTER_DROP,
+            True,
+            _worst(lambda f: f.over_after_drop),
+        ),
         Criterion("worst drain / physical limit", MAX_DRAIN_FACTOR, True, _worst(lambda f: f.drain_factor)),
     )
     fixed = (
         Criterion(
-            "worst throughput / physical limit", MIN_THROUGHPUT_SHARE_WITH_FIXED_COST, False,
+            "worst throughput / physical limit",
+            MIN_THROUGHPUT_SHARE_WITH_FIXED_COST,
+            False,
             _worst(lambda f: f.throughput_share, upper=False),
         ),
     )
     noise = (
-        Criterion("worst throughput / input (read / arrived)", MIN_READ_SHARE_UNDER_NOISE, False, _worst(lambda f: f.read_share, upper=False)),
-        Criterion("share over the interval − floor's (pooled)", MAX_OVER_SHARE_ABOVE_FLOOR, True, _over_above_floor),
+        Criterion(
+            "worst throughput / input (read / arrived)",
+            MIN_READ_SHARE_UNDER_NOISE,
+            False,
+            _worst(lambda f: f.read_share, upper=False),
+        ),
+        Criterion(
+            "share over the interval − floor's (pooled)", MAX_OVER_SHARE_ABOVE_FLOOR, True, _over_above_floor
+        ),
     )
     drift = Criterion(
-        "worst max lag / arrivals per interval", MAX_LAG_INTERVALS_UNDER_DRIFT, True,
+        "worst max lag / arrivals per interval",
+        MAX_LAG_INTERVALS_UNDER_DRIFT,
+        True,
         lambda s, mode: max(f.max_lag for f in s.by_mode[mode]) / s.arrivals_per_batch(),
     )
     special: dict[str, tuple[Criterion, ...]] = {
@@ -294,9 +344,18 @@ def criteria() -> dict[str, tuple[Criterion, ...]]:
         "noise-90": noise,
         "fixed-50": fixed,
         "fixed-90": fixed,
-        "burst": (Criterion("worst drain / physical limit", MAX_DRAIN_FACTOR, True, _worst(lambda f: f.drain_factor)),),
+        "burst": (
+            Criterion(
+                "worst drain / physical limit", MAX_DRAIN_FACTOR, True, _worst(lambda f: f.drain_factor)
+            ),
+        ),
         "trickle-burst": (
-            Criterion("worst drain / physical limit", MAX_DRAIN_FACTOR_AFTER_TRICKLE, True, _worst(lambda f: f.drain_factor)),
+            Criterion(
+                "worst drain / physical limit",
+                MAX_DRAIN_FACTOR_AFTER_TRICKLE,
+                True,
+                _worst(lambda f: f.drain_factor),
+            ),
         ),
     }
     out = {name: (LAG_BOUNDED, LAG_TREND, *special.get(name, ())) for name in shipped()}

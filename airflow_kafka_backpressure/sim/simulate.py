@@ -34,11 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from ..models import TopicPartition
 from ..control.allocation import RateLimits, plan_ranges
 from ..control.controller import PipelineController
 from ..control.cost_mode import CostParams, PlanInputs, arrival_rate
 from ..control.pid import PIDRateEstimator
+from ..models import TopicPartition
 
 
 class ControllerSettings(Protocol):
@@ -52,6 +52,7 @@ class ControllerSettings(Protocol):
     def rate_limits(self, partitions: Sequence[TopicPartition] | None = None) -> RateLimits: ...
 
     def cost_params(self) -> CostParams: ...
+
 
 NOISE_KINDS = ("iid", "drift")
 #: How late Airflow starts a due run's first task (scheduler loop, task start): an assumption of a
@@ -89,7 +90,12 @@ class ArrivalProfile:
         return int(math.floor(total + 1e-9))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rate": self.rate, "steps": [list(s) for s in self.steps], "bursts": [list(b) for b in self.bursts], "backlog": self.backlog}
+        return {
+            "rate": self.rate,
+            "steps": [list(s) for s in self.steps],
+            "bursts": [list(b) for b in self.bursts],
+            "backlog": self.backlog,
+        }
 
 
 @dataclass(frozen=True)
@@ -114,9 +120,13 @@ class CapacityProfile:
 
     def __post_init__(self) -> None:
         if self.fixed_s < 0 or self.per_record_s <= 0:
-            raise ValueError(f"capacity: fixed_s >= 0 and per_record_s > 0 required, got {self.fixed_s}, {self.per_record_s}")
+            raise ValueError(
+                f"capacity: fixed_s >= 0 and per_record_s > 0 required, got {self.fixed_s}, {self.per_record_s}"
+            )
         if not (0 <= self.noise < 1 and 0 <= self.fixed_noise < 1):
-            raise ValueError(f"capacity: noise and fixed_noise must be in [0, 1), got {self.noise}, {self.fixed_noise}")
+            raise ValueError(
+                f"capacity: noise and fixed_noise must be in [0, 1), got {self.noise}, {self.fixed_noise}"
+            )
         if self.noise_kind not in NOISE_KINDS:
             raise ValueError(f"capacity: noise_kind must be one of {NOISE_KINDS}, got {self.noise_kind!r}")
         for a, b, f in self.drops:
@@ -133,7 +143,10 @@ class CapacityProfile:
     def noise_series(self, n: int) -> list[tuple[float, float]]:
         """Per batch: (per-record noise, fixed-cost noise), the same for every mode."""
         rng, fixed_rng = random.Random(self.seed), random.Random(self.seed + 1_000_003)
-        fixed = [fixed_rng.uniform(-self.fixed_noise, self.fixed_noise) if self.fixed_noise else 0.0 for _ in range(n)]
+        fixed = [
+            fixed_rng.uniform(-self.fixed_noise, self.fixed_noise) if self.fixed_noise else 0.0
+            for _ in range(n)
+        ]
         if self.noise_kind == "iid":
             work = [rng.uniform(-self.noise, self.noise) for _ in range(n)]
         else:
@@ -372,7 +385,9 @@ def _drain(scenario: Scenario, rows: list[BatchRow]) -> tuple[float | None, floa
     first = rows[idx]
     cycles = scenario.physical_cycle_s / b  # a physical batch takes this many intervals
     arrivals = scenario.arrivals.rate_at(first.start) * scenario.physical_cycle_s
-    physical = physical_drain_batches(first.available, scenario.physical_batch(first.start), arrivals) * cycles
+    physical = (
+        physical_drain_batches(first.available, scenario.physical_batch(first.start), arrivals) * cycles
+    )
     done = next((r for r in rows[idx:] if r.lag_after <= 0), None)
     if done is None:
         return math.inf, physical
@@ -388,11 +403,13 @@ def compute_figures(scenario: Scenario, rows: list[BatchRow]) -> Figures:
     ratios = [r.ratio(b) for r in rows if r.records > 0]
     over = [r for r in rows if r.processing > b]
     over_after = (
-        None if scenario.overload_from_s is None else sum(1 for r in over if r.start >= scenario.overload_from_s)
+        None
+        if scenario.overload_from_s is None
+        else sum(1 for r in over if r.start >= scenario.overload_from_s)
     )
     read = sum(r.records for r in rows if r.end <= horizon)
     lags = [r.available for r in rows]
-    half = lags[len(lags) // 2:]
+    half = lags[len(lags) // 2 :]
     rates = [r.rate for r in rows[2:] if r.rate is not None and r.rate > 0]
     drain, physical_drain = _drain(scenario, rows)
     last = rows[-1] if rows else None
@@ -412,7 +429,9 @@ def compute_figures(scenario: Scenario, rows: list[BatchRow]) -> Figures:
         drain_batches=drain,
         physical_drain=physical_drain,
         mean_ratio=statistics.fmean(ratios) if ratios else 0.0,
-        p95_ratio=sorted_ratios[min(len(sorted_ratios) - 1, int(0.95 * len(sorted_ratios)))] if ratios else 0.0,
+        p95_ratio=sorted_ratios[min(len(sorted_ratios) - 1, int(0.95 * len(sorted_ratios)))]
+        if ratios
+        else 0.0,
         min_rate=min(rates) if rates else None,
         read_share=read / could_read if could_read > 0 else 1.0,
     )
@@ -465,7 +484,9 @@ def simulate(scenario: Scenario, settings: ControllerSettings) -> SimulationResu
             window_batches=params.window_batches,
             params=params,
             left_behind=available - records,
-            budget=None if decision.budget is None or decision.budget.records is None else float(decision.budget.records),
+            budget=None
+            if decision.budget is None or decision.budget.records is None
+            else float(decision.budget.records),
             batch_interval_s=b,
         )
         if feedback.cost_event:
@@ -481,7 +502,9 @@ def simulate(scenario: Scenario, settings: ControllerSettings) -> SimulationResu
                 records=records,
                 processing=processing,
                 end=end,
-                regime=decision.budget.regime if decision.budget else ("pid" if decision.rate > 0 else "initial"),
+                regime=decision.budget.regime
+                if decision.budget
+                else ("pid" if decision.rate > 0 else "initial"),
                 physical_batch=scenario.physical_batch(start, noise[k]),
             )
         )

@@ -30,6 +30,12 @@ def sink_format_for(name: str) -> SinkFormat:
 
 
 __all__ = [
-    "SINK_FORMATS", "BatchCommit", "DeltaSink", "SinkFenced", "SinkFormat", "SinkFormatError",
-    "UnknownSinkFormat", "sink_format_for",
+    "SINK_FORMATS",
+    "BatchCommit",
+    "DeltaSink",
+    "SinkFenced",
+    "SinkFormat",
+    "SinkFormatError",
+    "UnknownSinkFormat",
+    "sink_format_for",
 ]

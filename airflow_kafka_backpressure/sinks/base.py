@@ -73,7 +73,9 @@ class SinkFormat(abc.ABC):
     def committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int) -> BatchCommit | None:
         """What batch ``batch_id`` of ``pipeline`` last committed in ``sink``, or None."""
 
-    def is_committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int, attempt: int | None = None) -> bool:
+    def is_committed(
+        self, spark: Any, sink: str, *, pipeline: str, batch_id: int, attempt: int | None = None
+    ) -> bool:
         """Whether the batch is committed (by ``attempt``, if given)."""
         commit = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
         return commit is not None and (attempt is None or commit.attempt == attempt)

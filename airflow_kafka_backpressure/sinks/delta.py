@@ -71,7 +71,12 @@ def _is_missing_table(error: Exception) -> bool:
     text = str(error)
     return any(
         marker in text
-        for marker in ("DELTA_MISSING_DELTA_TABLE", "is not a Delta table", "PATH_NOT_FOUND", "DELTA_TABLE_NOT_FOUND")
+        for marker in (
+            "DELTA_MISSING_DELTA_TABLE",
+            "is not a Delta table",
+            "PATH_NOT_FOUND",
+            "DELTA_TABLE_NOT_FOUND",
+        )
     )
 
 
@@ -97,10 +102,14 @@ class DeltaSink(SinkFormat):
         if batch_id < 0:
             raise ValueError(f"batch {batch_id}: batch_id must be >= 0")
         if attempt < 1:
-            raise ValueError(f"batch {batch_id}: attempt must be >= 1 (the ledger's attempt number), got {attempt}")
+            raise ValueError(
+                f"batch {batch_id}: attempt must be >= 1 (the ledger's attempt number), got {attempt}"
+            )
         for column in (PIPELINE_COLUMN, BATCH_COLUMN):
             if column in df.columns:
-                raise SinkFormatError(f"batch {batch_id}: the batch's rows already have a column {column!r}, which the Delta sink adds")
+                raise SinkFormatError(
+                    f"batch {batch_id}: the batch's rows already have a column {column!r}, which the Delta sink adds"
+                )
         metadata = {
             "kbp": 1,
             "pipeline": pipeline,
@@ -109,7 +118,9 @@ class DeltaSink(SinkFormat):
             "ranges": [r.to_dict() for r in sorted(ranges)],
             "expected_records": expected_records,
         }
-        rows = df.withColumn(PIPELINE_COLUMN, F.lit(pipeline)).withColumn(BATCH_COLUMN, F.lit(int(batch_id)).cast("long"))
+        rows = df.withColumn(PIPELINE_COLUMN, F.lit(pipeline)).withColumn(
+            BATCH_COLUMN, F.lit(int(batch_id)).cast("long")
+        )
         (
             rows.write.format("delta")
             .mode("overwrite")
@@ -122,7 +133,9 @@ class DeltaSink(SinkFormat):
         commit = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
         where = f"Delta table {sink}, batch {batch_id} of pipeline {pipeline!r}"
         if commit is None:
-            raise SinkFormatError(f"{where}: attempt {attempt} wrote, but the table's history has no commit of the batch")
+            raise SinkFormatError(
+                f"{where}: attempt {attempt} wrote, but the table's history has no commit of the batch"
+            )
         if commit.attempt > attempt:
             raise SinkFenced(
                 f"{where}: attempt {attempt} was refused, attempt {commit.attempt} has committed the batch "
@@ -139,7 +152,13 @@ class DeltaSink(SinkFormat):
                 f"{where}: attempt {attempt} committed {commit.record_count} rows (table version {commit.version}) "
                 f"but the batch read {expected_records}; not recording it as done: a replay's newer attempt replaces it"
             )
-        log.info("%s: attempt %s committed %s rows as table version %s", where, attempt, commit.record_count, commit.version)
+        log.info(
+            "%s: attempt %s committed %s rows as table version %s",
+            where,
+            attempt,
+            commit.record_count,
+            commit.version,
+        )
         return commit
 
     def committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int) -> BatchCommit | None:
@@ -152,7 +171,11 @@ class DeltaSink(SinkFormat):
                 history.where(meta.isNotNull())
                 .where(F.get_json_object(meta, "$.pipeline") == F.lit(pipeline))
                 .where(F.get_json_object(meta, "$.batch_id") == F.lit(str(int(batch_id))))
-                .select("version", "userMetadata", F.col("operationMetrics").getItem("numOutputRows").alias("rows"))
+                .select(
+                    "version",
+                    "userMetadata",
+                    F.col("operationMetrics").getItem("numOutputRows").alias("rows"),
+                )
                 .orderBy(F.col("version").desc())
                 .limit(1)
                 .collect()

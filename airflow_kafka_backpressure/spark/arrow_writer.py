@@ -36,7 +36,15 @@ import pyarrow as pa
 from airflow_kafka_backpressure.models import OffsetRange
 
 #: Spark's names of Parquet codecs -> pyarrow's (the ones both write).
-_CODECS = {"none": "NONE", "uncompressed": "NONE", "snappy": "SNAPPY", "gzip": "GZIP", "zstd": "ZSTD", "lz4": "LZ4", "brotli": "BROTLI"}
+_CODECS = {
+    "none": "NONE",
+    "uncompressed": "NONE",
+    "snappy": "SNAPPY",
+    "gzip": "GZIP",
+    "zstd": "ZSTD",
+    "lz4": "LZ4",
+    "brotli": "BROTLI",
+}
 #: Records are buffered up to this many bytes per Parquet row group (the reader's Arrow batches are
 #: small; one row group each would make files slow to scan). Spark's writer aims at 128 MiB
 #: (``parquet.block.size``) of *encoded* data; this bounds the task's memory instead.
@@ -123,7 +131,10 @@ class RangeFileTask:
                 pending_bytes = 0
                 try:
                     for batch in read_range(
-                        r, self.kafka_props, on_complete=lambda _r, n, b: done.append((n, b)), **self.read_options
+                        r,
+                        self.kafka_props,
+                        on_complete=lambda _r, n, b: done.append((n, b)),
+                        **self.read_options,
                     ):
                         pending.append(batch)
                         pending_bytes += batch.nbytes
@@ -151,7 +162,9 @@ class RangeFileTask:
             for group in batch.column("id").to_pylist():
                 for index in self.groups[int(group)]:
                     rows = self.write_piece(index)
-                    yield pa.RecordBatch.from_pydict({"piece": [index], "rows": [rows]}, schema=_RESULT_SCHEMA)
+                    yield pa.RecordBatch.from_pydict(
+                        {"piece": [index], "rows": [rows]}, schema=_RESULT_SCHEMA
+                    )
 
 
 def write_ranges(
@@ -186,10 +199,19 @@ def write_ranges(
         return 0  # the commit writes the schema-only file of an empty batch
     groups = group_pieces(pieces, slots)
     task = RangeFileTask(
-        pieces, kafka_props, {**read_options, "client": client}, staging, records_dir, token, compression,
-        plain_columns, groups,
+        pieces,
+        kafka_props,
+        {**read_options, "client": client},
+        staging,
+        records_dir,
+        token,
+        compression,
+        plain_columns,
+        groups,
     )
     done = spark.range(0, len(groups), 1, len(groups)).mapInArrow(task, "piece long, rows long").collect()
     if sorted(int(row["piece"]) for row in done) != list(range(len(pieces))):
-        raise RuntimeError(f"the write job reported pieces {sorted(row['piece'] for row in done)} of {len(pieces)}")
+        raise RuntimeError(
+            f"the write job reported pieces {sorted(row['piece'] for row in done)} of {len(pieces)}"
+        )
     return sum(int(row["rows"]) for row in done)

@@ -36,9 +36,7 @@ def range_problems(
             problems.append(f"{r}: topic {r.topic!r} does not exist")
             continue
         if r.partition not in known:
-            problems.append(
-                f"{r}: topic {r.topic!r} has no partition {r.partition} (it has {sorted(known)})"
-            )
+            problems.append(f"{r}: topic {r.topic!r} has no partition {r.partition} (it has {sorted(known)})")
             continue
         lo, hi = earliest[r.tp], latest[r.tp]
         if r.until_offset > hi:

@@ -25,7 +25,9 @@ from airflow_kafka_backpressure.models import OffsetRange, TopicPartition
 from airflow_kafka_backpressure.storage import Location, location
 
 
-def record_read_completion(directory: str, offset_range: OffsetRange, records: int, key_value_bytes: int) -> None:
+def record_read_completion(
+    directory: str, offset_range: OffsetRange, records: int, key_value_bytes: int
+) -> None:
     """Called by the reader once ``offset_range`` was read to its end (on an executor)."""
     body = json.dumps(
         {
@@ -90,7 +92,9 @@ def executor_identity() -> str:
     return f"{socket.gethostname()}|{os.getcwd()}|{os.getppid()}"
 
 
-def observe_reads(df: Any, ranges: Sequence[OffsetRange]) -> tuple[Any, Callable[[], list[tuple[OffsetRange, int, int]]]]:
+def observe_reads(
+    df: Any, ranges: Sequence[OffsetRange]
+) -> tuple[Any, Callable[[], list[tuple[OffsetRange, int, int]]]]:
     """``df`` (Kafka records) with Spark counting each non-empty range's records, and the batch's
     key+value bytes, as its rows pass (``DataFrame.observe``: no second pass), and a function that
     returns them as (range, records, bytes) once an action on it has finished. The bytes are the

@@ -34,7 +34,14 @@ from airflow_kafka_backpressure.storage import Location
 
 FENCE_PREFIX = "_kbp_fence_"
 
-__all__ = ["adoption_problems", "fence_markers", "fence_problem", "file_problems", "raise_fence", "read_fence"]
+__all__ = [
+    "adoption_problems",
+    "fence_markers",
+    "fence_problem",
+    "file_problems",
+    "raise_fence",
+    "read_fence",
+]
 
 
 def fence_location(root: Location, batch_id: int) -> Location:
@@ -96,7 +103,12 @@ def fence_problem(
         return _newer(batch_id, attempt, token, f"attempt {fence} started writing it")
     theirs = None if existing is None else existing.get("attempt")
     if theirs is not None and int(theirs) > attempt:
-        return _newer(batch_id, attempt, token, f"attempt {theirs} (token {str(existing.get('token'))[:8]}…) committed it")
+        return _newer(
+            batch_id,
+            attempt,
+            token,
+            f"attempt {theirs} (token {str(existing.get('token'))[:8]}…) committed it",
+        )
     return None
 
 

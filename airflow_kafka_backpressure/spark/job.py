@@ -69,8 +69,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("airflow_kafka_backpressure.spark.job")
 
 __all__ = [
-    "NATIVE_PROVIDER_CLASS", "JobError", "check_bounds", "choose_reader", "main", "native_options",
-    "native_reader_available", "range_problems", "read_ranges", "reader_settings", "run_batch",
+    "NATIVE_PROVIDER_CLASS",
+    "JobError",
+    "check_bounds",
+    "choose_reader",
+    "main",
+    "native_options",
+    "native_reader_available",
+    "range_problems",
+    "read_ranges",
+    "reader_settings",
+    "run_batch",
 ]
 
 METRICS_PREFIX = "KBP_METRICS "
@@ -121,15 +130,22 @@ def apply_transform(df: Any, ref: str | None) -> Any:
 # --------------------------------------------------------------------------- counting
 
 
-def count_unread(spark: Any, spec: JobSpec, reader: str, unread: Sequence[OffsetRange]) -> tuple[dict[TopicPartition, int], int]:
+def count_unread(
+    spark: Any, spec: JobSpec, reader: str, unread: Sequence[OffsetRange]
+) -> tuple[dict[TopicPartition, int], int]:
     """Records and key+value bytes of ``unread`` ranges, by a second read (the transform did not
     consume them, or the native reader, which leaves no completion records, read them)."""
     from pyspark.sql import functions as F
 
     if not unread:
         return {}, 0
-    log.warning("counting %s with a second read: the write did not read them to their end", ", ".join(map(str, unread)))
-    sub = JobSpec.from_dict({**spec.to_dict(), "plan": {**spec.plan.to_dict(), "ranges": [r.to_dict() for r in unread]}})
+    log.warning(
+        "counting %s with a second read: the write did not read them to their end",
+        ", ".join(map(str, unread)),
+    )
+    sub = JobSpec.from_dict(
+        {**spec.to_dict(), "plan": {**spec.plan.to_dict(), "ranges": [r.to_dict() for r in unread]}}
+    )
     size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
     rows = (
         read_ranges(spark, sub, reader)
@@ -171,7 +187,7 @@ def _spark_failure(e: Exception) -> str:
     for marker in _KAFKA_FAILURE_MARKERS:
         for line in lines:
             if marker in line:
-                return line[line.index(marker):].strip()
+                return line[line.index(marker) :].strip()
     return lines[0] if lines else type(e).__name__
 
 
@@ -243,11 +259,15 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
         if adopted is not None:
             return adopted
         if spec.adopt.refusal:  # the batch may not be read: adopting was its one way through
-            raise JobError(f"{spec.adopt.refusal} (no committed version of the batch to adopt: {'; '.join(problems)})")
+            raise JobError(
+                f"{spec.adopt.refusal} (no committed version of the batch to adopt: {'; '.join(problems)})"
+            )
     check_bounds(spec)
     writer = batch_writer(spec)
     reader = "python" if writer == "arrow" else choose_reader(spark, spec.reader)
-    writer = chosen_writer(writer, spec.transform, reader, arrow_codec(spec.options.get("parquet_compression")))
+    writer = chosen_writer(
+        writer, spec.transform, reader, arrow_codec(spec.options.get("parquet_compression"))
+    )
     read_started_at_ms = _now_ms()
     records_dir = read_records_dir(plan.sink, plan.batch_id, spec.token) if reader == "python" else None
     describe = {
@@ -295,7 +315,9 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
         ) from e
     committed_at_ms = _now_ms()
 
-    counts = {TopicPartition(p["topic"], int(p["partition"])): int(p["records"]) for p in manifest["partitions"]}
+    counts = {
+        TopicPartition(p["topic"], int(p["partition"])): int(p["records"]) for p in manifest["partitions"]
+    }
     unread = [OffsetRange.from_dict(r) for r in manifest.get("unread", ())]
     more, more_bytes = count_unread(spark, spec, reader, unread)
     counts.update(more)
@@ -331,10 +353,14 @@ def adopt_committed(spark: Any, spec: JobSpec) -> tuple[BatchMetrics | None, lis
     assert manifest is not None
     log.info(
         "Batch %s: adopting the version attempt %s committed (no re-read; the last owner was %s)",
-        plan.batch_id, str(manifest.get("token"))[:8], adopt.token[:8] or "none",
+        plan.batch_id,
+        str(manifest.get("token"))[:8],
+        adopt.token[:8] or "none",
     )
     started = _now_ms()
-    counts = {TopicPartition(p["topic"], int(p["partition"])): int(p["records"]) for p in manifest["partitions"]}
+    counts = {
+        TopicPartition(p["topic"], int(p["partition"])): int(p["records"]) for p in manifest["partitions"]
+    }
     unread = [OffsetRange.from_dict(r) for r in manifest.get("unread", ())]
     more, more_bytes = count_unread(spark, spec, str(manifest.get("reader") or "python"), unread)
     counts.update(more)
@@ -369,7 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run one bounded Kafka micro-batch on Spark.")
     parser.add_argument("--spec", required=True, help="URI of the JobSpec JSON in the hand-off directory")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         job_dir = location(args.spec).parent
     except StorageError as e:

@@ -53,7 +53,11 @@ from pyspark.sql.types import (
 
 from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA
-from airflow_kafka_backpressure.spark.range_clients import DEFAULT_CLIENT, KafkaRangeReadError, check_reader_config
+from airflow_kafka_backpressure.spark.range_clients import (
+    DEFAULT_CLIENT,
+    KafkaRangeReadError,
+    check_reader_config,
+)
 from airflow_kafka_backpressure.spark.range_reader import (
     DEFAULT_MAX_RECORDS_PER_BATCH,
     DEFAULT_POLL_TIMEOUT_MS,
@@ -170,7 +174,9 @@ class KafkaRangeReader(DataSourceReader):
         try:
             self.ranges = [OffsetRange.from_dict(d) for d in json.loads(opts["ranges"])]
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{SOURCE_NAME}: option 'ranges' is not a JSON list of offset ranges: {e}") from e
+            raise ValueError(
+                f"{SOURCE_NAME}: option 'ranges' is not a JSON list of offset ranges: {e}"
+            ) from e
         self.kafka_props = {
             k[len(KAFKA_OPTION_PREFIX) :]: v for k, v in opts.items() if k.startswith(KAFKA_OPTION_PREFIX)
         }
@@ -181,14 +187,18 @@ class KafkaRangeReader(DataSourceReader):
         )
         self.poll_timeout_ms = _number(opts, "pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS, int, 1)
         self.stall_timeout_s = _number(opts, "stallTimeoutS", DEFAULT_STALL_TIMEOUT_S, float, 0)
-        self.max_records_per_batch = _number(opts, "maxRecordsPerBatch", DEFAULT_MAX_RECORDS_PER_BATCH, int, 1)
+        self.max_records_per_batch = _number(
+            opts, "maxRecordsPerBatch", DEFAULT_MAX_RECORDS_PER_BATCH, int, 1
+        )
         self.read_records_dir = opts.get("readrecordsdir") or None
         # Fail at planning time, on the driver, for a bad client choice or configuration.
         check_reader_config(self.kafka_props, self.client, source=f"{SOURCE_NAME} options")
 
     def partitions(self) -> Sequence[InputPartition]:
         pieces = split_ranges(
-            self.ranges, min_partitions=self.min_partitions, max_records_per_partition=self.max_records_per_partition
+            self.ranges,
+            min_partitions=self.min_partitions,
+            max_records_per_partition=self.max_records_per_partition,
         )
         return [RangePartition(r) for r in pieces]
 

@@ -165,7 +165,9 @@ def watch_launcher(
         return LauncherWatch()
     jvm = os.getppid()
     if parent_of(jvm) != launcher:
-        log.info("not watching the launcher: pid %s is not the parent of this driver's JVM (pid %s)", launcher, jvm)
+        log.info(
+            "not watching the launcher: pid %s is not the parent of this driver's JVM (pid %s)", launcher, jvm
+        )
         return LauncherWatch()
     watch = LauncherWatch()
 
@@ -177,7 +179,9 @@ def watch_launcher(
             watch._set_orphaned()
             log.error(
                 "the Airflow task process that launched this batch (pid %s) is gone: stopping this Spark "
-                "application (driver JVM pid %s)", launcher, jvm,
+                "application (driver JVM pid %s)",
+                launcher,
+                jvm,
             )
             if stop_jvm(jvm, grace_s):
                 if cleanup is not None:
@@ -186,7 +190,9 @@ def watch_launcher(
                     except Exception:  # noqa: BLE001 - exiting anyway; say what is left
                         log.exception("could not remove what the batch left behind")
             else:
-                log.error("the driver JVM (pid %s) did not end after SIGKILL; leaving its files in place", jvm)
+                log.error(
+                    "the driver JVM (pid %s) did not end after SIGKILL; leaving its files in place", jvm
+                )
             os._exit(1)
 
     watch.thread = threading.Thread(target=run, name="kbp-launcher-watch", daemon=True)

@@ -40,7 +40,9 @@ def read_manifest(sink: str, batch_id: int, *, verify: bool = False) -> dict[str
     return manifest
 
 
-def committed_manifest(spark: Any, sink: str, batch_id: int, *, verify: bool = False) -> dict[str, Any] | None:
+def committed_manifest(
+    spark: Any, sink: str, batch_id: int, *, verify: bool = False
+) -> dict[str, Any] | None:
     """The committed manifest of a batch, read by a Spark task (Connect clients may not see the sink)."""
     rows = (
         spark.read.format(MANIFEST_SOURCE_NAME)

@@ -113,7 +113,9 @@ def kafka_python_consumer_config(kafka_props: dict[str, Any], *, source: str) ->
     cfg.setdefault("client_id", READER_CLIENT_ID)
     cfg.setdefault("isolation_level", DEFAULT_ISOLATION_LEVEL)
     cfg.setdefault("bootstrap_timeout_ms", int(CONNECT_TIMEOUT_S * 1000))
-    cfg.update(group_id=None, enable_auto_commit=False, auto_offset_reset="none", allow_auto_create_topics=False)
+    cfg.update(
+        group_id=None, enable_auto_commit=False, auto_offset_reset="none", allow_auto_create_topics=False
+    )
     return cfg
 
 
@@ -186,7 +188,9 @@ def _bounds(r: OffsetRange, partitions: set[int] | None, low: int | None, high: 
     if partitions is None:
         return Diagnosis(f"topic {r.topic!r} does not exist (the reader never creates topics)", True)
     if r.partition not in partitions:
-        return Diagnosis(f"topic {r.topic!r} has no partition {r.partition} (it has {sorted(partitions)})", True)
+        return Diagnosis(
+            f"topic {r.topic!r} has no partition {r.partition} (it has {sorted(partitions)})", True
+        )
     if high is None or high < 0:
         return Diagnosis(f"the offsets of {r.tp} are unknown")
     held = f"{r.tp} holds offsets [{low if low is not None and low >= 0 else '?'}, {high})"
@@ -282,7 +286,9 @@ class ConfluentFetcher:
                 )
 
     def fetch(self, max_records: int, timeout_s: float) -> list[Any]:
-        msgs = self._consumer.consume(num_messages=max_records, timeout=min(timeout_s, CONFLUENT_CONSUME_SLICE_S))
+        msgs = self._consumer.consume(
+            num_messages=max_records, timeout=min(timeout_s, CONFLUENT_CONSUME_SLICE_S)
+        )
         self._check_client_errors()
         if msgs and any(map(self._Message.error, msgs)):
             for m in msgs:
@@ -348,7 +354,9 @@ class ConfluentFetcher:
 # --------------------------------------------------------------------------- kafka-python
 
 # getters of kafka-python's ConsumerRecord namedtuple fields
-_OFFSET, _TIMESTAMP, _TIMESTAMP_TYPE, _KEY, _VALUE, _HEADERS = (operator.itemgetter(i) for i in (3, 4, 5, 6, 7, 8))
+_OFFSET, _TIMESTAMP, _TIMESTAMP_TYPE, _KEY, _VALUE, _HEADERS = (
+    operator.itemgetter(i) for i in (3, 4, 5, 6, 7, 8)
+)
 
 
 class KafkaPythonFetcher:

@@ -69,7 +69,9 @@ def _joined(parts: list[pa.RecordBatch]) -> pa.RecordBatch:
     return batch
 
 
-def _stalled(r: OffsetRange, client: str, position: int, stall_timeout_s: float, diagnosis: Diagnosis) -> KafkaRangeReadError:
+def _stalled(
+    r: OffsetRange, client: str, position: int, stall_timeout_s: float, diagnosis: Diagnosis
+) -> KafkaRangeReadError:
     text = (
         f"reading {r} stalled ({client}): position {position} of {r.tp} made no progress for "
         f"{stall_timeout_s:g}s ({position - r.from_offset} of {r.count} offsets done). The broker: {diagnosis.text}."
@@ -118,7 +120,9 @@ def read_range(
         while position < r.until_offset:
             # Ask for no more than the offsets left: with no gaps that is exactly what remains, so
             # a client that waits for a full chunk (confluent) does not wait past the range's end.
-            want = min(chunk - len(pending), max_records_per_batch - held - len(pending), r.until_offset - position)
+            want = min(
+                chunk - len(pending), max_records_per_batch - held - len(pending), r.until_offset - position
+            )
             pending.extend(fetcher.fetch(want, poll_timeout_s))
             now_position = fetcher.position()
             now = time.monotonic()

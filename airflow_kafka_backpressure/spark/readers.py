@@ -27,7 +27,6 @@ NATIVE_FETCH_DEFAULTS = {
 }
 
 
-
 def native_reader_available(spark: Any) -> bool:
     """True when Spark's Kafka connector (``spark-sql-kafka-0-10``) is on the driver's classpath:
     a classic session looks the provider class up; a Spark Connect session asks the server to
@@ -119,7 +118,9 @@ def reader_settings(spec: JobSpec) -> dict[str, Any]:
     return {
         "client": str(o.get("client", DEFAULT_CLIENT)),
         "min_partitions": spec.min_partitions,
-        "max_records_per_partition": int(o.get("max_records_per_partition", DEFAULT_MAX_RECORDS_PER_PARTITION)),
+        "max_records_per_partition": int(
+            o.get("max_records_per_partition", DEFAULT_MAX_RECORDS_PER_PARTITION)
+        ),
         "poll_timeout_ms": spec.poll_timeout_ms,
         "stall_timeout_s": spec.stall_timeout_s,
         "max_records_per_batch": int(o.get("max_records_per_batch", DEFAULT_MAX_RECORDS_PER_BATCH)),
@@ -141,5 +142,7 @@ def read_ranges(spark: Any, spec: JobSpec, reader: str, *, read_records_dir: str
     if reader == "native":
         return spark.read.format("kafka").options(**native_options(spec)).load()
     registry.register(spark, KafkaRangeDataSource)
-    opts = range_source_options(spec.plan.ranges, spec.kafka, read_records_dir=read_records_dir, **reader_settings(spec))
+    opts = range_source_options(
+        spec.plan.ranges, spec.kafka, read_records_dir=read_records_dir, **reader_settings(spec)
+    )
     return spark.read.format(KafkaRangeDataSource.name()).options(**opts).load()

@@ -93,7 +93,6 @@ from airflow_kafka_backpressure.spark.executors import executors_that_ran
 from airflow_kafka_backpressure.spark.fencing import fence_markers, fence_problem, raise_fence, read_fence
 from airflow_kafka_backpressure.spark.manifest_source import (
     MANIFEST_NAME,
-    MANIFEST_SOURCE_NAME,
     BatchManifestDataSource,
     _manifest_at,
     committed_manifest,
@@ -182,7 +181,9 @@ class BatchSinkWriter(DataSourceArrowWriter):
             ]
             self.read_by = [str(e) for e in json.loads(opts.get("executors", "[]"))]
         except (KeyError, ValueError, TypeError) as e:
-            raise SinkError(f"{SINK_SOURCE_NAME}: options sink, batchId, token and ranges are required ({e})") from e
+            raise SinkError(
+                f"{SINK_SOURCE_NAME}: options sink, batchId, token and ranges are required ({e})"
+            ) from e
         self.stage = opts.get("stage", "")
         if self.stage not in STAGES:
             raise SinkError(
@@ -196,7 +197,9 @@ class BatchSinkWriter(DataSourceArrowWriter):
             try:
                 problem = raise_fence(location(self.sink), self.batch_id, self.attempt, self.token)
             except StorageError as e:
-                raise SinkError(f"batch {self.batch_id}: cannot write the fence in sink {self.sink!r}: {e}") from e
+                raise SinkError(
+                    f"batch {self.batch_id}: cannot write the fence in sink {self.sink!r}: {e}"
+                ) from e
             if problem:
                 raise SinkError(problem)
 
@@ -239,7 +242,12 @@ def _write_empty_file(staging: Location, schema: StructType, compression: str) -
 
     name = f"part-00000-empty.{compression}.parquet"
     target = staging.child(name)
-    pq.write_table(to_arrow_schema(schema, timezone="UTC").empty_table(), target.path, filesystem=target.fs, compression=compression)
+    pq.write_table(
+        to_arrow_schema(schema, timezone="UTC").empty_table(),
+        target.path,
+        filesystem=target.fs,
+        compression=compression,
+    )
     return {"name": name, "bytes": int(target.fs.get_file_info(target.path).size), "rows": 0}
 
 
@@ -264,7 +272,9 @@ def _published_files(staging: Location) -> list[dict[str, Any]]:
     return sorted(files, key=lambda f: f["name"])
 
 
-def check_replaceable(existing: dict[str, Any] | None, describe: dict[str, Any], ranges: Sequence[OffsetRange], where: str) -> None:
+def check_replaceable(
+    existing: dict[str, Any] | None, describe: dict[str, Any], ranges: Sequence[OffsetRange], where: str
+) -> None:
     """Refuse to replace a committed batch written for another pipeline or other offsets (pure).
 
     A replay of the same pipeline's batch that writes the planned ranges trimmed at their start
@@ -340,7 +350,9 @@ def commit_batch(
             **describe,
             "ranges": [r.to_dict() for r in ranges],
             "partitions": [
-                {"topic": r.topic, "partition": r.partition, "records": counts[r.tp]} for r in ranges if r.tp in counts
+                {"topic": r.topic, "partition": r.partition, "records": counts[r.tp]}
+                for r in ranges
+                if r.tp in counts
             ],
             "records": sum(counts.values()),
             "bytes": nbytes,
@@ -379,12 +391,14 @@ def _delete_leftovers(root: Location, batch_id: int, attempt: int | None) -> Non
         if name.startswith(f"{REPLACED_PREFIX}{int(batch_id)}_"):
             root.child(name).delete()
         elif name.startswith(staging):
-            theirs = attempts.get(name[len(staging):])
+            theirs = attempts.get(name[len(staging) :])
             if theirs is None or attempt is None or theirs <= attempt:
                 root.child(name).delete()
 
 
-def _swap_in(root: Location, staging: Location, final: Location, batch_id: int, token: str, *, replace: bool) -> None:
+def _swap_in(
+    root: Location, staging: Location, final: Location, batch_id: int, token: str, *, replace: bool
+) -> None:
     """Publish ``staging`` as ``final`` (module doc, step 5); the old version ends up under a
     leftover name that the caller deletes."""
     if replace:
@@ -441,7 +455,9 @@ def register(spark: Any) -> None:
 PLAIN_COLUMNS: tuple[str, ...] = ("key", "value", "offset")
 
 
-def plain_columns_among(columns: Sequence[str], plain_columns: Sequence[str] | str | None = None) -> list[str]:
+def plain_columns_among(
+    columns: Sequence[str], plain_columns: Sequence[str] | str | None = None
+) -> list[str]:
     """Which of ``columns`` are written without dictionary encoding: ``plain_columns`` (default
     :data:`PLAIN_COLUMNS`; a comma-separated string, as a pipeline file may give it)."""
     plain = PLAIN_COLUMNS if plain_columns is None else plain_columns
@@ -450,7 +466,9 @@ def plain_columns_among(columns: Sequence[str], plain_columns: Sequence[str] | s
     return sorted(set(plain) & set(columns))
 
 
-def plain_column_options(columns: Sequence[str], plain_columns: Sequence[str] | str | None = None) -> dict[str, str]:
+def plain_column_options(
+    columns: Sequence[str], plain_columns: Sequence[str] | str | None = None
+) -> dict[str, str]:
     """Spark's Parquet writer options that turn dictionary encoding off for the plain columns
     (:func:`plain_columns_among`)."""
     return {f"parquet.enable.dictionary#{c}": "false" for c in plain_columns_among(columns, plain_columns)}
@@ -482,7 +500,13 @@ def write_batch(
     counts each range's records and bytes while it writes them (``DataFrame.observe``), and the
     counts travel to the commit in its options (see :func:`commit_batch`)."""
     opts = sink_options(
-        sink, batch_id, token or uuid.uuid4().hex, ranges, describe or {}, compression=compression, attempt=attempt
+        sink,
+        batch_id,
+        token or uuid.uuid4().hex,
+        ranges,
+        describe or {},
+        compression=compression,
+        attempt=attempt,
     )
     token = opts["token"]
     # A classic session's driver is this process: the driver-side steps run here, directly. Over
@@ -510,11 +534,15 @@ def write_batch(
         if write_data is not None:
             write_data(staging_uri(sink, batch_id, token))
         else:
-            writer = data.write.mode("append").option("compression", compression or "snappy").options(
-                **plain_column_options(df.columns, plain_columns)
+            writer = (
+                data.write.mode("append")
+                .option("compression", compression or "snappy")
+                .options(**plain_column_options(df.columns, plain_columns))
             )
             if observed is not None:  # Spark's reader names no executor: the driver's status store does
-                read_by = executors_that_ran(spark, lambda: writer.parquet(staging_uri(sink, batch_id, token)))
+                read_by = executors_that_ran(
+                    spark, lambda: writer.parquet(staging_uri(sink, batch_id, token))
+                )
             else:
                 writer.parquet(staging_uri(sink, batch_id, token))
     except Exception:
@@ -524,7 +552,9 @@ def write_batch(
             pass
         raise
     if observed is not None:
-        opts["reads"] = json.dumps([{"range": r.to_dict(), "records": n, "bytes": b} for r, n, b in observed()])
+        opts["reads"] = json.dumps(
+            [{"range": r.to_dict(), "records": n, "bytes": b} for r, n, b in observed()]
+        )
         opts["executors"] = json.dumps(sorted(read_by or ()))
     stage("commit")
     manifest = read_manifest(sink, batch_id) if in_driver else committed_manifest(spark, sink, batch_id)

@@ -15,7 +15,10 @@ from .polling import PollingTrigger
 def replayable_batch_ids(ledger_conn_id: str | None, pipeline: str, stale_before_ms: int | None) -> list[int]:
     from ..hooks.ledger import LedgerHook
 
-    return [b.batch_id for b in LedgerHook(ledger_conn_id).get_conn().replayable_batches(pipeline, stale_before_ms)]
+    return [
+        b.batch_id
+        for b in LedgerHook(ledger_conn_id).get_conn().replayable_batches(pipeline, stale_before_ms)
+    ]
 
 
 class FailedRangesTrigger(PollingTrigger):
@@ -59,7 +62,12 @@ class FailedRangesTrigger(PollingTrigger):
         if self._legacy_url is not None:
             from ..hooks.ledger import ledger_for_url
 
-            ids = [b.batch_id for b in ledger_for_url(self._legacy_url).replayable_batches(self.pipeline, self.stale_before_ms)]
+            ids = [
+                b.batch_id
+                for b in ledger_for_url(self._legacy_url).replayable_batches(
+                    self.pipeline, self.stale_before_ms
+                )
+            ]
         else:
             ids = replayable_batch_ids(self.ledger_conn_id, self.pipeline, self.stale_before_ms)
         return {"batch_ids": ids} if ids else None

@@ -15,19 +15,27 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.pause_point import PAUSE_DIR_ENV as PAUSE_AFTER_COMMIT_DIR_ENV
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce
 from airflow_kafka_backpressure.pipeline import PipelineConfig
+from tests.faults.pause_point import PAUSE_DIR_ENV as PAUSE_AFTER_COMMIT_DIR_ENV
 
 from ..fixtures_postgres import LocalPostgres, PostgresUnavailable
 from .harness import Outcome, Standalone, check_pipeline, wait_until_consistent
 
 TMP_ROOT = Path(__file__).resolve().parents[2] / ".tmp"
 SCENARIOS = (
-    "driver_kill", "swap_kill", "scheduler_kill", "broker_freeze", "pg_outage", "retention", "cleared_run", "backfill",
-    "plan_kill", "partitions_added",
+    "driver_kill",
+    "swap_kill",
+    "scheduler_kill",
+    "broker_freeze",
+    "pg_outage",
+    "retention",
+    "cleared_run",
+    "backfill",
+    "plan_kill",
+    "partitions_added",
 )
 #: The retention scenario's batch fails while its flag file exists; a lost offset is skipped, recorded.
 SCENARIO_OVERRIDES = {
@@ -36,7 +44,11 @@ SCENARIO_OVERRIDES = {
 PARTITIONS = 2
 #: Short intervals: a batch every 15 s, a replay look every 20 s, leases of 20 s.
 PIPELINE_DEFAULTS = dict(
-    batch_interval_s=15, replay_interval_s=20, lease_s=20, stall_timeout_s=20, batch_timeout_s=480,
+    batch_interval_s=15,
+    replay_interval_s=20,
+    lease_s=20,
+    stall_timeout_s=20,
+    batch_timeout_s=480,
     driver_memory="512m",
 )
 #: The first batch takes the backlog (few batches per scenario: a batch takes 20 s to minutes here).
@@ -83,7 +95,9 @@ class FaultRig:
         return self.pipelines[scenario]
 
     def produce(self, p: PipelineConfig, count: int, start_id: int) -> int:
-        return produce(self.broker.bootstrap, p.topics[0], count=count, partitions=PARTITIONS, start_id=start_id)
+        return produce(
+            self.broker.bootstrap, p.topics[0], count=count, partitions=PARTITIONS, start_id=start_id
+        )
 
     def start(self, p: PipelineConfig, replay: bool = True) -> None:
         self.started.append(p)
@@ -101,7 +115,9 @@ class FaultRig:
         """Wait until the pipeline holds every record exactly once (its outcome and how long that took),
         then stop it."""
         try:
-            return wait_until_consistent(self.standalone, p, self.ledger_urls[p.name], self.broker.bootstrap, timeout_s)
+            return wait_until_consistent(
+                self.standalone, p, self.ledger_urls[p.name], self.broker.bootstrap, timeout_s
+            )
         finally:
             self.stop(p)
 
@@ -121,14 +137,19 @@ class FaultRig:
             self.standalone.quiesce(p)
 
 
-def make_pipelines(root: Path, names: tuple[str, ...], pg: bool) -> tuple[dict[str, PipelineConfig], dict[str, str], dict]:
+def make_pipelines(
+    root: Path, names: tuple[str, ...], pg: bool
+) -> tuple[dict[str, PipelineConfig], dict[str, str], dict]:
     sqlite_url = f"sqlite:///{root / 'ledger.db'}"
     pipelines, urls = {}, {}
     for name in names:
         conn_id = "kbp_ledger_pg" if (pg and name == "pg_outage") else "kbp_ledger_faults"
         pipelines[name] = PipelineConfig(
-            name=f"f_{name}", topics=(f"faults-{name}-{secrets.token_hex(2)}",), sink=str(root / "sinks" / name),
-            ledger_conn_id=conn_id, **{**PIPELINE_DEFAULTS, **SCENARIO_OVERRIDES.get(name, {})},
+            name=f"f_{name}",
+            topics=(f"faults-{name}-{secrets.token_hex(2)}",),
+            sink=str(root / "sinks" / name),
+            ledger_conn_id=conn_id,
+            **{**PIPELINE_DEFAULTS, **SCENARIO_OVERRIDES.get(name, {})},
         )
         urls[pipelines[name].name] = sqlite_url
     return pipelines, urls, {"kbp_ledger_faults": sqlite_url}
@@ -137,7 +158,11 @@ def make_pipelines(root: Path, names: tuple[str, ...], pg: bool) -> tuple[dict[s
 def connections(bootstrap: str, ledgers: dict[str, str]) -> dict[str, dict]:
     conns = {
         "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}},
-        "spark_default": {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}},
+        "spark_default": {
+            "conn_type": "spark",
+            "host": "local[2]",
+            "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"},
+        },
     }
     for conn_id, url in ledgers.items():
         conns[conn_id] = {"conn_type": "generic", "extra": {"sqlalchemy_url": url}}
@@ -171,7 +196,9 @@ def fault_rig(request: pytest.FixtureRequest, spark_kafka_connector: str) -> Ite
         pause_dir = root / "pause"
         pause_dir.mkdir()
         standalone = Standalone(
-            root / "airflow", list(pipelines.values()), connections(broker.bootstrap, ledgers),
+            root / "airflow",
+            list(pipelines.values()),
+            connections(broker.bootstrap, ledgers),
             extra_env={
                 PAUSE_AFTER_COMMIT_DIR_ENV: str(pause_dir),
                 "KBP_TEST_FAIL_FLAG": str(root / "fail.flag"),

@@ -31,7 +31,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,10 @@ class HarnessError(RuntimeError):
 
 
 def wait_for(
-    what: str, check: Callable[[], Any], timeout_s: float, every_s: float = 1.0,
+    what: str,
+    check: Callable[[], Any],
+    timeout_s: float,
+    every_s: float = 1.0,
     transient: tuple[type[BaseException], ...] = (requests.RequestException, OSError),
 ) -> Any:
     """Poll ``check`` until it returns something truthy; HarnessError naming ``what`` after the
@@ -72,7 +75,10 @@ def wait_for(
         except transient as e:
             last_error = e
         if time.monotonic() > deadline:
-            raise HarnessError(f"timed out after {timeout_s:.0f}s waiting for {what}" + (f" ({last_error})" if last_error else ""))
+            raise HarnessError(
+                f"timed out after {timeout_s:.0f}s waiting for {what}"
+                + (f" ({last_error})" if last_error else "")
+            )
         time.sleep(every_s)
 
 
@@ -148,31 +154,33 @@ class Standalone:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "KBP_"))}
         venv_bin = str(Path(sys.executable).parent)
         dags = self.home / "dags"
-        env.update({
-            "AIRFLOW_HOME": str(self.home),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-            "AIRFLOW__CORE__PARALLELISM": "4",
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-            "AIRFLOW__API_AUTH__JWT_SECRET": self.jwt_secret,  # one per installation: every
-            "AIRFLOW__API__SECRET_KEY": self.secret_key,  # component must trust the others' tokens
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
-            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-            "KBP_PIPELINES_FILE": str(self.home / "pipelines.json"),
-            "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
-            # this checkout wins, in tasks and in the Spark driver; inject/ registers the suite's pause
-            # on the product's seam when PAUSE_DIR_ENV is set (tests/faults/pause_point.py)
-            "PYTHONPATH": os.pathsep.join([str(INJECT_DIR), str(REPO)]),
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "PYSPARK_PYTHON": sys.executable,
-            "TMPDIR": str(self.home / "tmp"),
-        })
+        env.update(
+            {
+                "AIRFLOW_HOME": str(self.home),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+                "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+                "AIRFLOW__CORE__PARALLELISM": "4",
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+                "AIRFLOW__API_AUTH__JWT_SECRET": self.jwt_secret,  # one per installation: every
+                "AIRFLOW__API__SECRET_KEY": self.secret_key,  # component must trust the others' tokens
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+                "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+                "KBP_PIPELINES_FILE": str(self.home / "pipelines.json"),
+                "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
+                # this checkout wins, in tasks and in the Spark driver; inject/ registers the suite's pause
+                # on the product's seam when PAUSE_DIR_ENV is set (tests/faults/pause_point.py)
+                "PYTHONPATH": os.pathsep.join([str(INJECT_DIR), str(REPO)]),
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                "PYSPARK_PYTHON": sys.executable,
+                "TMPDIR": str(self.home / "tmp"),
+            }
+        )
         for conn_id, conn in self.connections.items():
             env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(conn)
         env.update(self.extra_env)
@@ -182,8 +190,12 @@ class Standalone:
         """An ``airflow`` CLI command against this installation (again while SQLite says locked)."""
         for _ in range(10):
             done = subprocess.run(
-                [str(Path(sys.executable).parent / "airflow"), *args], env=self.env(), capture_output=True,
-                text=True, timeout=timeout_s, cwd=self.home,
+                [str(Path(sys.executable).parent / "airflow"), *args],
+                env=self.env(),
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                cwd=self.home,
             )
             if done.returncode == 0 or "database is locked" not in done.stdout + done.stderr:
                 break
@@ -195,7 +207,9 @@ class Standalone:
         (self.home / "tmp").mkdir(exist_ok=True)
         (self.home / "dags").mkdir(exist_ok=True)
         shutil.copy(DAG_FILE, self.home / "dags" / DAG_FILE.name)
-        (self.home / "pipelines.json").write_text(json.dumps({"pipelines": [p.to_dict() for p in self.pipelines]}))
+        (self.home / "pipelines.json").write_text(
+            json.dumps({"pipelines": [p.to_dict() for p in self.pipelines]})
+        )
         self.port = self.port or free_port()
         migrated = self.airflow("db", "migrate")
         if migrated.returncode != 0:
@@ -203,15 +217,21 @@ class Standalone:
         log = open(self.home / "standalone.log", "ab")
         try:
             self.proc = subprocess.Popen(
-                [str(Path(sys.executable).parent / "airflow"), "standalone"], env=self.env(), cwd=self.home,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [str(Path(sys.executable).parent / "airflow"), "standalone"],
+                env=self.env(),
+                cwd=self.home,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         finally:
             log.close()
 
         def healthy() -> bool:
             if self.proc.poll() is not None:
-                raise HarnessError(f"airflow standalone exited ({self.proc.returncode}); see {self.home / 'standalone.log'}")
+                raise HarnessError(
+                    f"airflow standalone exited ({self.proc.returncode}); see {self.home / 'standalone.log'}"
+                )
             r = requests.get(f"{self.url}/api/v2/monitor/health", timeout=5)
             return r.ok and r.json().get("scheduler", {}).get("status") == "healthy"
 
@@ -219,7 +239,11 @@ class Standalone:
             wait_for("airflow standalone to be healthy", healthy, timeout_s)
             for p in self.pipelines:
                 for dag_id in (p.ingest_dag_id, p.replay_dag_id):
-                    wait_for(f"DAG {dag_id} to be parsed", lambda d=dag_id: self.get(f"/api/v2/dags/{d}", ok404=True), timeout_s)
+                    wait_for(
+                        f"DAG {dag_id} to be parsed",
+                        lambda d=dag_id: self.get(f"/api/v2/dags/{d}", ok404=True),
+                        timeout_s,
+                    )
         except BaseException:
             self.stop()
             raise
@@ -269,13 +293,21 @@ class Standalone:
             return False
         stop_processes(self.schedulers(), grace_s=10.0)  # a scheduler whose loop ended, still running
         (self.home / "scheduler.log").unlink(missing_ok=True)
-        warnings.warn(f"airflow scheduler died (see {self.home / 'standalone.log'}): started a new one", stacklevel=2)
+        warnings.warn(
+            f"airflow scheduler died (see {self.home / 'standalone.log'}): started a new one", stacklevel=2
+        )
         log = open(self.home / "scheduler.log", "ab")
         try:
-            self.replacement_schedulers.append(subprocess.Popen(
-                [str(Path(sys.executable).parent / "airflow"), "scheduler"], env=self.env(), cwd=self.home,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            ))
+            self.replacement_schedulers.append(
+                subprocess.Popen(
+                    [str(Path(sys.executable).parent / "airflow"), "scheduler"],
+                    env=self.env(),
+                    cwd=self.home,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         finally:
             log.close()
         return True
@@ -297,8 +329,14 @@ class Standalone:
     def token(self) -> str:
         if self._token is None:
             pw_file = self.home / "simple_auth_manager_passwords.json.generated"
-            password = wait_for("the admin password file", lambda: pw_file.exists() and json.loads(pw_file.read_text()).get("admin"), 60)
-            r = requests.post(f"{self.url}/auth/token", json={"username": "admin", "password": password}, timeout=10)
+            password = wait_for(
+                "the admin password file",
+                lambda: pw_file.exists() and json.loads(pw_file.read_text()).get("admin"),
+                60,
+            )
+            r = requests.post(
+                f"{self.url}/auth/token", json={"username": "admin", "password": password}, timeout=10
+            )
             r.raise_for_status()
             self._token = r.json()["access_token"]
         return self._token
@@ -341,8 +379,10 @@ class Standalone:
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
         """A task instance's log as the API returns it (JSON text: search it for strings)."""
         r = self._request(
-            "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
-            params={"full_content": "true"}, headers={"Accept": "application/json"},
+            "GET",
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+            params={"full_content": "true"},
+            headers={"Accept": "application/json"},
         )
         if not r.ok:
             raise HarnessError(f"log of {dag_id}/{run_id}/{task_id}: {r.status_code} {r.text[:500]}")
@@ -359,7 +399,12 @@ class Standalone:
             raise HarnessError(f"PATCH variable {key}: {r.status_code} {r.text[:500]}")
 
     def active_runs(self, dag_ids: Iterable[str]) -> list[tuple[str, str]]:
-        return [(d, r["dag_run_id"]) for d in dag_ids for r in self.dag_runs(d) if r["state"] in ("queued", "running")]
+        return [
+            (d, r["dag_run_id"])
+            for d in dag_ids
+            for r in self.dag_runs(d)
+            if r["state"] in ("queued", "running")
+        ]
 
     def quiesce(self, p: PipelineConfig, timeout_s: float = 240) -> None:
         """Stop the pipeline: pause its DAGs, let the tasks already running end, then mark the runs
@@ -370,7 +415,9 @@ class Standalone:
 
         def no_task_running() -> bool:
             return not [
-                ti for d, run_id in self.active_runs(dag_ids) for ti in self.task_instances(d, run_id)
+                ti
+                for d, run_id in self.active_runs(dag_ids)
+                for ti in self.task_instances(d, run_id)
                 if ti["state"] in ("running", "queued", "restarting")
             ]
 
@@ -401,8 +448,10 @@ class Standalone:
     def spark_drivers(self, app_name: str) -> list[psutil.Process]:
         """The spark-submit JVMs (the driver, client mode) running application ``app_name``."""
         return [
-            p for p in self.processes()
-            if "org.apache.spark.deploy.SparkSubmit" in cmdline(p) and app_name in cmdline(p)
+            p
+            for p in self.processes()
+            if "org.apache.spark.deploy.SparkSubmit" in cmdline(p)
+            and app_name in cmdline(p)
             # spark-class first runs a short-lived launcher JVM that builds the driver's command line
             and "org.apache.spark.launcher.Main" not in cmdline(p)
         ]
@@ -501,8 +550,17 @@ def wait_until_consistent(
 
     try:
         # the ledger may not exist yet, or be restarting: not consistent yet
-        wait_for(f"pipeline {p.name} to hold every record exactly once", consistent, timeout_s, every_s=3, transient=(Exception,))
+        wait_for(
+            f"pipeline {p.name} to hold every record exactly once",
+            consistent,
+            timeout_s,
+            every_s=3,
+            transient=(Exception,),
+        )
     except HarnessError as e:
-        runs = {d: [(r["dag_run_id"], r["state"]) for r in standalone.dag_runs(d)[:6]] for d in (p.ingest_dag_id, p.replay_dag_id)}
+        runs = {
+            d: [(r["dag_run_id"], r["state"]) for r in standalone.dag_runs(d)[:6]]
+            for d in (p.ingest_dag_id, p.replay_dag_id)
+        }
         raise HarnessError(f"{e}: {last[0].summary() if last else 'no check ran'}; runs {runs}") from None
     return last[0], time.monotonic() - started

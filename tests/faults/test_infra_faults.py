@@ -27,7 +27,12 @@ def test_a_broker_frozen_longer_than_the_timeouts_costs_no_record(rig):
     p = rig.pipeline("broker_freeze")
     rig.produce(p, 300, 0)
     rig.start(p)
-    wait_for("a Spark driver of the pipeline", lambda: rig.standalone.spark_drivers(f"kbp-{p.name}-batch-"), STEP_TIMEOUT_S, every_s=0.5)
+    wait_for(
+        "a Spark driver of the pipeline",
+        lambda: rig.standalone.spark_drivers(f"kbp-{p.name}-batch-"),
+        STEP_TIMEOUT_S,
+        every_s=0.5,
+    )
     time.sleep(2)
     frozen_at = datetime.now(timezone.utc)
     os.kill(rig.broker.pid, signal.SIGSTOP)
@@ -37,7 +42,9 @@ def test_a_broker_frozen_longer_than_the_timeouts_costs_no_record(rig):
         in_flight = rig.standalone.tasks_running_since(p, frozen_at)
         wait_for(
             f"the tasks in flight when the broker froze ({in_flight}) to end while it is frozen",
-            lambda: not rig.standalone.tasks_running_since(p, frozen_at), FREEZE_MAX_S, every_s=2,
+            lambda: not rig.standalone.tasks_running_since(p, frozen_at),
+            FREEZE_MAX_S,
+            every_s=2,
         )
     finally:
         os.kill(rig.broker.pid, signal.SIGCONT)
@@ -52,7 +59,12 @@ def test_the_ledger_database_stopped_and_restarted_mid_batch(rig):
         pytest.skip("no local PostgreSQL server (KBP_SKIP_POSTGRES=1)")
     rig.produce(p, 300, 0)
     rig.start(p)
-    wait_for("a Spark driver of the pipeline", lambda: rig.standalone.spark_drivers(f"kbp-{p.name}-batch-"), STEP_TIMEOUT_S, every_s=0.5)
+    wait_for(
+        "a Spark driver of the pipeline",
+        lambda: rig.standalone.spark_drivers(f"kbp-{p.name}-batch-"),
+        STEP_TIMEOUT_S,
+        every_s=0.5,
+    )
     time.sleep(2)
     rig.postgres.shutdown()
     try:
@@ -74,8 +86,12 @@ def test_partitions_added_mid_run_are_read_from_their_first_record(rig):
     rig.produce(p, 300, 0)
     rig.start(p)
     ledger = rig.ledger(p)
-    wait_for("a first batch written", lambda: any(b.status == "succeeded" for b in ledger.recent_batches(p.name, 10)),
-             STEP_TIMEOUT_S, every_s=1)
+    wait_for(
+        "a first batch written",
+        lambda: any(b.status == "succeeded" for b in ledger.recent_batches(p.name, 10)),
+        STEP_TIMEOUT_S,
+        every_s=1,
+    )
     admin = KafkaAdminClient(bootstrap_servers=rig.broker.bootstrap)
     try:
         admin.create_partitions({p.topics[0]: NewPartitions(total_count=4)})

@@ -18,7 +18,12 @@ def test_sigkill_of_the_spark_driver_mid_batch_is_replayed_exactly_once(rig):
     rig.produce(p, 300, 0)
     rig.start(p)
     app = f"kbp-{p.name}-batch-"
-    driver = wait_for("a Spark driver of the pipeline", lambda: rig.standalone.spark_drivers(app), STEP_TIMEOUT_S, every_s=0.5)[0]
+    driver = wait_for(
+        "a Spark driver of the pipeline",
+        lambda: rig.standalone.spark_drivers(app),
+        STEP_TIMEOUT_S,
+        every_s=0.5,
+    )[0]
     time.sleep(4)  # the JVM is up and running the job
     killed_batch = int(" ".join(driver.cmdline()).split(app, 1)[1].split()[0])
     driver.send_signal(signal.SIGKILL)
@@ -52,7 +57,12 @@ def test_sigkill_of_the_scheduler_mid_batch_costs_no_record(rig):
     rig.produce(p, 300, 0)
     rig.start(p)
     app = f"kbp-{p.name}-batch-"
-    in_flight = wait_for("a Spark driver of the pipeline", lambda: rig.standalone.spark_drivers(app), STEP_TIMEOUT_S, every_s=0.5)
+    in_flight = wait_for(
+        "a Spark driver of the pipeline",
+        lambda: rig.standalone.spark_drivers(app),
+        STEP_TIMEOUT_S,
+        every_s=0.5,
+    )
     schedulers = rig.standalone.schedulers()
     assert schedulers, "no airflow scheduler process found"
     for s in schedulers:
@@ -63,7 +73,8 @@ def test_sigkill_of_the_scheduler_mid_batch_costs_no_record(rig):
     wait_for(
         "a Spark driver launched under the new scheduler",
         lambda: [d for d in rig.standalone.spark_drivers(app) if d.pid not in {x.pid for x in in_flight}],
-        STEP_TIMEOUT_S, every_s=0.5,
+        STEP_TIMEOUT_S,
+        every_s=0.5,
     )
 
     rig.assert_recovered(p, 400, "scheduler kill")
@@ -79,7 +90,9 @@ def test_sigkill_of_the_plan_task_after_it_recorded_the_plan_costs_no_record(rig
     def planned(batch_id: int) -> None:
         assert ledger.batch(batch_id).status == "planned"
 
-    batch_id = kill_at_seam(rig, p, f"{p.name}.after_plan", "a plan task paused after recording its plan", planned)
+    batch_id = kill_at_seam(
+        rig, p, f"{p.name}.after_plan", "a plan task paused after recording its plan", planned
+    )
 
     rig.assert_recovered(p, 400, "plan task kill")
     assert ledger.batch(batch_id).status == "replayed", ledger.batch(batch_id)

@@ -27,11 +27,15 @@ def test_retention_deleting_a_failed_batchs_offsets_is_recorded_as_lost_and_the_
     failed = wait_for(
         "the first batch to fail in its Spark job",
         lambda: ledger.recent_batches(p.name, 10, ["failed"]),
-        STEP_TIMEOUT_S, every_s=2, transient=(Exception,),  # the ledger is created by the first task
+        STEP_TIMEOUT_S,
+        every_s=2,
+        transient=(Exception,),  # the ledger is created by the first task
     )
     first = ledger.batch(min(b.batch_id for b in failed))  # batch ids are the shared ledger's
     assert "injected failure" in (first.error or ""), first.error
-    assert {r.partition: r.until_offset - r.from_offset for r in first.ranges} == {q: 100 for q in range(PARTITIONS)}
+    assert {r.partition: r.until_offset - r.from_offset for r in first.ranges} == {
+        q: 100 for q in range(PARTITIONS)
+    }
 
     topic = p.topics[0]
     delete_records(rig.broker.bootstrap, {TopicPartition(topic, 0): LOST_PER_PARTITION0})

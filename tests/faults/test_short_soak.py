@@ -24,10 +24,26 @@ def test_a_short_soak_with_random_faults_loses_and_duplicates_nothing():
     work = parent / "work"
     proc = subprocess.Popen(
         [
-            sys.executable, str(REPO / "bench" / "soak.py"), "--batches", "8", "--fault-rate", "0.35",
-            "--seed", "7", "--max-minutes", "12", "--recover-timeout-s", "600", "--work-dir", str(work),
+            sys.executable,
+            str(REPO / "bench" / "soak.py"),
+            "--batches",
+            "8",
+            "--fault-rate",
+            "0.35",
+            "--seed",
+            "7",
+            "--max-minutes",
+            "12",
+            "--recover-timeout-s",
+            "600",
+            "--work-dir",
+            str(work),
         ],
-        cwd=REPO, env={**_env(), "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env={**_env(), "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         stdout, stderr = proc.communicate(timeout=40 * 60)  # a backstop: the script bounds itself
@@ -38,12 +54,14 @@ def test_a_short_soak_with_random_faults_loses_and_duplicates_nothing():
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     text = done.stdout
-    report = json.loads(text[text.index("{\n"): text.index("\n}") + 2])
+    report = json.loads(text[text.index("{\n") : text.index("\n}") + 2])
     assert report["records_produced"] > 0 and report["records_written"] == report["records_produced"], report
     assert report["records_duplicated"] == report["records_missing"] == report["records_lost"] == 0, report
     assert not report["stuck_batches"] and not report["unrecovered_faults"], report
     shutil.rmtree(parent, ignore_errors=True)  # kept on failure: the logs of Airflow, its tasks, the broker
-    print(f"short soak: {report['batches']} batches, faults {report['faults']}, {report['records_written']} records")
+    print(
+        f"short soak: {report['batches']} batches, faults {report['faults']}, {report['records_written']} records"
+    )
 
 
 def _env() -> dict[str, str]:

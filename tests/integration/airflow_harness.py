@@ -29,7 +29,11 @@ def reset_airflow_db() -> None:
 
 
 def set_connections(
-    monkeypatch, bootstrap: str, ledger_url: str, spark_master: str = "local[2]", connect_url: str | None = None
+    monkeypatch,
+    bootstrap: str,
+    ledger_url: str,
+    spark_master: str = "local[2]",
+    connect_url: str | None = None,
 ) -> None:
     monkeypatch.setenv(
         "AIRFLOW_CONN_KAFKA_DEFAULT",
@@ -37,8 +41,13 @@ def set_connections(
     )
     monkeypatch.setenv(
         "AIRFLOW_CONN_SPARK_DEFAULT",
-        json.dumps({"conn_type": "spark", "host": spark_master,
-                    "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}),
+        json.dumps(
+            {
+                "conn_type": "spark",
+                "host": spark_master,
+                "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"},
+            }
+        ),
     )
     if connect_url:  # sc://host:port, the Spark provider's spark_connect connection
         host, _, port = connect_url.rpartition(":")

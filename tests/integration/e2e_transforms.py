@@ -23,7 +23,9 @@ def fail_on_poison(df):
         return df
     with open(path) as f:
         poison = set(json.load(f))
-    ids = {json.loads(r["value"])["id"] for r in df.select(df["value"].cast("string").alias("value")).collect()}
+    ids = {
+        json.loads(r["value"])["id"] for r in df.select(df["value"].cast("string").alias("value")).collect()
+    }
     hit = sorted(ids & poison)
     if hit:
         raise RuntimeError(f"injected failure: poison ids {hit[:5]} in the batch")

@@ -16,7 +16,9 @@ def produce_sample_records(bootstrap: str, topic: str) -> None:
     try:
         futures = [
             producer.send(topic, key=b"k0", value=b"v0", partition=0, timestamp_ms=t0),
-            producer.send(topic, value=b"v1", partition=0, headers=[("h", b"x"), ("e", b"")], timestamp_ms=t1),
+            producer.send(
+                topic, value=b"v1", partition=0, headers=[("h", b"x"), ("e", b"")], timestamp_ms=t1
+            ),
             producer.send(topic, key=b"k2", value=None, partition=0, timestamp_ms=t2),
             producer.send(topic, key=b"k3", value=b"after", partition=0),
         ]
@@ -56,10 +58,22 @@ def consumer_group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], 
     from airflow_kafka_backpressure.local.jars import jar_paths, kafka_broker_jars
 
     out = subprocess.run(
-        [java_binary(), "-Xmx256m", "-cp", ":".join(jar_paths(kafka_broker_jars())),
-         "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-         "--bootstrap-server", bootstrap, "--describe", "--group", group],
-        capture_output=True, text=True, timeout=120, check=True,
+        [
+            java_binary(),
+            "-Xmx256m",
+            "-cp",
+            ":".join(jar_paths(kafka_broker_jars())),
+            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+            "--bootstrap-server",
+            bootstrap,
+            "--describe",
+            "--group",
+            group,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     ).stdout
     rows = {}
     for line in out.splitlines():
@@ -95,7 +109,9 @@ def recreate_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float
                 time.sleep(0.5)
         while True:  # every partition has a leader again
             described = admin.describe_topics([topic])[0]
-            if len(described["partitions"]) == partitions and all(p["leader_id"] >= 0 for p in described["partitions"]):
+            if len(described["partitions"]) == partitions and all(
+                p["leader_id"] >= 0 for p in described["partitions"]
+            ):
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"topic {topic} has no leaders after its creation: {described}")

@@ -111,8 +111,12 @@ def describe_schema(conn: Connection, skip: tuple[str, ...] = ("kbp_alembic_vers
         if not table.startswith("kbp_") or table in skip:
             continue
         indexes = [
-            (i["name"], tuple(i["column_names"]), bool(i["unique"]),
-             tuple(sorted((k, _norm(v)) for k, v in (i.get("dialect_options") or {}).items())))
+            (
+                i["name"],
+                tuple(i["column_names"]),
+                bool(i["unique"]),
+                tuple(sorted((k, _norm(v)) for k, v in (i.get("dialect_options") or {}).items())),
+            )
             for i in insp.get_indexes(table)
             if not i.get("duplicates_constraint")
         ]
@@ -123,11 +127,18 @@ def describe_schema(conn: Connection, skip: tuple[str, ...] = ("kbp_alembic_vers
             ],
             "primary_key": tuple(insp.get_pk_constraint(table)["constrained_columns"]),
             "foreign_keys": sorted(
-                (fk["name"], tuple(fk["constrained_columns"]), fk["referred_table"], tuple(fk["referred_columns"]),
-                 tuple(sorted((k, str(v)) for k, v in (fk.get("options") or {}).items())))
+                (
+                    fk["name"],
+                    tuple(fk["constrained_columns"]),
+                    fk["referred_table"],
+                    tuple(fk["referred_columns"]),
+                    tuple(sorted((k, str(v)) for k, v in (fk.get("options") or {}).items())),
+                )
                 for fk in insp.get_foreign_keys(table)
             ),
-            "unique": sorted((u["name"], tuple(u["column_names"])) for u in insp.get_unique_constraints(table)),
+            "unique": sorted(
+                (u["name"], tuple(u["column_names"])) for u in insp.get_unique_constraints(table)
+            ),
             "indexes": sorted(indexes),
             "checks": sorted((c["name"], _norm(c["sqltext"])) for c in insp.get_check_constraints(table)),
         }

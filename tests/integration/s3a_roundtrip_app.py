@@ -11,22 +11,37 @@ from __future__ import annotations
 import json
 import sys
 
-from pyspark.sql import SparkSession, functions as F
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 
 def main(path: str, rows: int) -> None:
     spark = SparkSession.builder.appName("kbp-s3a-roundtrip").getOrCreate()
     try:
-        df = spark.range(rows).select(F.col("id"), F.concat(F.lit("row-"), F.col("id").cast("string")).alias("name"))
+        df = spark.range(rows).select(
+            F.col("id"), F.concat(F.lit("row-"), F.col("id").cast("string")).alias("name")
+        )
         df.repartition(3).write.mode("errorifexists").parquet(path)
         back = spark.read.parquet(path)
-        stats = back.agg(F.count("*").alias("n"), F.sum("id").alias("id_sum"), F.countDistinct("id").alias("ids")).first()
+        stats = back.agg(
+            F.count("*").alias("n"), F.sum("id").alias("id_sum"), F.countDistinct("id").alias("ids")
+        ).first()
         jvm = spark.sparkContext._jvm
         hpath = jvm.org.apache.hadoop.fs.Path(path)
         fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
         files = sorted(s.getPath().getName() for s in fs.listStatus(hpath))
-        print(json.dumps({"rows": stats["n"], "id_sum": stats["id_sum"], "distinct_ids": stats["ids"],
-                          "files": files, "fs": fs.getClass().getName()}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "rows": stats["n"],
+                    "id_sum": stats["id_sum"],
+                    "distinct_ids": stats["ids"],
+                    "files": files,
+                    "fs": fs.getClass().getName(),
+                }
+            ),
+            flush=True,
+        )
     finally:
         spark.stop()
 

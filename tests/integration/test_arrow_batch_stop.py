@@ -25,7 +25,12 @@ from airflow_kafka_backpressure.local.producer import produce
 
 from . import airflow_harness as af
 from .kafka_gate import GatedBroker
-from .test_batch_stop import UDF_START_WAIT_S, ProcessWatch, check_failed_and_replay, check_stopped, engine_setup  # noqa: F401
+from .test_batch_stop import (
+    UDF_START_WAIT_S,
+    ProcessWatch,
+    check_failed_and_replay,
+    check_stopped,
+)  # noqa: F401
 from .test_pipeline_e2e import airflow_db, make_pipeline  # noqa: F401 - fixtures
 
 
@@ -75,11 +80,15 @@ def test_killing_an_arrow_writer_batch_stops_it_and_it_replays_exactly_once(engi
     assert result["held"], "no process was found holding the batch's fetch"
     assert run.task_states["ingest"] == "failed", run.task_states
     check_stopped(engine, server, watch, result["held"])
-    manifest = check_failed_and_replay(make, p, ledger, gate.open, kafka_broker, 120, "killed", transform=None)
+    manifest = check_failed_and_replay(
+        make, p, ledger, gate.open, kafka_broker, 120, "killed", transform=None
+    )
     assert manifest["writer"] == "arrow", manifest  # the default for raw records: the tasks wrote the files
 
 
-def test_an_arrow_writer_batch_whose_fetches_stall_fails_and_replays_exactly_once(engine_setup, kafka_broker, gate):
+def test_an_arrow_writer_batch_whose_fetches_stall_fails_and_replays_exactly_once(
+    engine_setup, kafka_broker, gate
+):
     """The other way a held batch ends: its reader gives up after ``stall_timeout_s`` (shorter than
     any batch timeout, the pipelines file insists). The tasks fail inside the arrow writer; the
     batch is failed with the reader's diagnosis, nothing of the attempt is left, and it replays."""

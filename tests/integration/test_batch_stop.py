@@ -225,7 +225,9 @@ def test_a_batch_over_its_timeout_is_stopped_and_replays_exactly_once(engine_set
 
 
 @pytest.mark.parametrize("make_pipeline", ["connect"], indirect=True)
-def test_connect_batches_share_a_kept_session_and_a_closed_one_is_replaced(make_pipeline, kafka_broker, spark_connect):
+def test_connect_batches_share_a_kept_session_and_a_closed_one_is_replaced(
+    make_pipeline, kafka_broker, spark_connect
+):
     """Batches of a pipeline reuse one server-side session (its artifacts and Python workers stay
     warm); when the server has closed it, the next batch opens a new one and succeeds."""
     import json
@@ -253,7 +255,9 @@ def test_connect_batches_share_a_kept_session_and_a_closed_one_is_replaced(make_
     assert r.state == "success", r.task_states
     assert first not in kept() and len(kept() - before) == 1  # replaced by a new session
     assert sink_ids(p.sink) == Counter(range(120))
-    assert [b.status for b in sorted(ledger.recent_batches(p.name), key=lambda b: b.batch_id)] == ["succeeded"] * 3
+    assert [b.status for b in sorted(ledger.recent_batches(p.name), key=lambda b: b.batch_id)] == [
+        "succeeded"
+    ] * 3
 
 
 #: A stand-in for an Airflow task process: runs one batch of the pipeline named in argv through
@@ -282,13 +286,19 @@ def test_a_task_process_killed_outright_takes_its_spark_application_with_it(engi
 
     _, _, make, flag = engine_setup
     p, ledger = make(
-        name="orphan_submit", transform=HOLD, spark_conf={"spark.hadoop.fs.s3a.secret.key": "test-only-not-a-secret"}
+        name="orphan_submit",
+        transform=HOLD,
+        spark_conf={"spark.hadoop.fs.s3a.secret.key": "test-only-not-a-secret"},
     )
     ledger.upgrade()
     produce(kafka_broker.bootstrap, p.topics[0], count=40, partitions=4)
     plan = ledger.record_plan(
-        p.name, "manual__orphan", [OffsetRange(p.topics[0], q, 0, 10) for q in range(4)], p.sink,
-        p.batch_interval_ms, int(time.time() * 1000),
+        p.name,
+        "manual__orphan",
+        [OffsetRange(p.topics[0], q, 0, 10) for q in range(4)],
+        p.sink,
+        p.batch_interval_ms,
+        int(time.time() * 1000),
     )
     flag.touch()
     task = subprocess.Popen(
@@ -300,7 +310,9 @@ def test_a_task_process_killed_outright_takes_its_spark_application_with_it(engi
         held = wait_for_held_udf(flag)
         assert held, "the batch's UDF never started: the batch was not held running"
         started = psutil.Process(task.pid).children(recursive=True)
-        assert any("SparkSubmit" in " ".join(c.cmdline()) for c in started), [c.cmdline()[:3] for c in started]
+        assert any("SparkSubmit" in " ".join(c.cmdline()) for c in started), [
+            c.cmdline()[:3] for c in started
+        ]
         jobs = Path(p.sink) / "_kbp" / "jobs"
         [scratch] = [d for d in (work_root() / "work").iterdir() if d.name.startswith(f"{p.name}-batch-1-")]
         assert (scratch / "secret.properties").exists() and (jobs / scratch.name).is_dir()

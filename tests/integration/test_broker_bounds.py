@@ -65,7 +65,9 @@ def outcome(call: Callable[[], Any]) -> BaseException | str:
 
 def warm_client(broker: KafkaBroker) -> KafkaOffsets:
     """A client that bootstrapped and found the group coordinator while the broker was up."""
-    kafka = KafkaOffsets({"bootstrap.servers": broker.bootstrap}, source="Kafka connection 'frozen'", timeout_s=TIMEOUT_S)
+    kafka = KafkaOffsets(
+        {"bootstrap.servers": broker.bootstrap}, source="Kafka connection 'frozen'", timeout_s=TIMEOUT_S
+    )
     assert kafka.partitions([TOPIC]) == [TP, TopicPartition(TOPIC, 1)]
     assert kafka.committed_offsets(GROUP, [TP]) == {TP: 3}
     return kafka
@@ -98,7 +100,9 @@ def test_every_broker_call_fails_clearly_when_the_broker_is_frozen(frozen_broker
         assert "kafka_timeout_s" in message and "reachable" in message, (name, message)
 
 
-def test_commit_progress_of_record_and_replay_fails_clearly_when_the_broker_is_frozen(frozen_broker, tmp_path):
+def test_commit_progress_of_record_and_replay_fails_clearly_when_the_broker_is_frozen(
+    frozen_broker, tmp_path
+):
     p = PipelineConfig(name="frozen", topics=(TOPIC,), sink=str(tmp_path / "sink"), kafka_timeout_s=TIMEOUT_S)
     ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
     ledger.create_all()

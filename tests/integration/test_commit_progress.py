@@ -20,7 +20,9 @@ def test_commits_move_forward_only_and_stop_at_unfinished_ranges(kafka_broker, t
     tp = TopicPartition(topic_name, 0)
     ids = []
     for i, (a, b) in enumerate([(0, 10), (10, 20), (20, 30)]):
-        batch = ledger.record_plan(p.name, f"run{i}", [OffsetRange(topic_name, 0, a, b)], p.sink, 1000, 0).batch_id
+        batch = ledger.record_plan(
+            p.name, f"run{i}", [OffsetRange(topic_name, 0, a, b)], p.sink, 1000, 0
+        ).batch_id
         ids.append(batch)
         ledger.mark_running(batch)
     ledger.mark_succeeded(ids[0], 10, 1)
@@ -49,7 +51,9 @@ def running_batches(bootstrap: str, topic: str, tmp_path, name: str, sizes: list
     ledger.create_all()
     ids, start = [], 0
     for i, size in enumerate(sizes):
-        batch = ledger.record_plan(p.name, f"run{i}", [OffsetRange(topic, 0, start, start + size)], p.sink, 1000, 0).batch_id
+        batch = ledger.record_plan(
+            p.name, f"run{i}", [OffsetRange(topic, 0, start, start + size)], p.sink, 1000, 0
+        ).batch_id
         ledger.mark_running(batch)
         ids.append(batch)
         start += size

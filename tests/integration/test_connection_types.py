@@ -35,19 +35,38 @@ def official_kafka_overlay() -> Path:
     folder = REPO / ".tmp" / ("overlay-" + _constraint(OFFICIAL).replace("==", "-"))
     if not (folder / "airflow" / "providers" / "apache" / "kafka").is_dir():
         done = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-             "--target", str(folder), _constraint(OFFICIAL), _constraint("confluent-kafka")],
-            capture_output=True, text=True, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--target",
+                str(folder),
+                _constraint(OFFICIAL),
+                _constraint("confluent-kafka"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
-        assert done.returncode == 0, f"pip could not install the official Kafka provider: {done.stderr[-2000:]}"
+        assert done.returncode == 0, (
+            f"pip could not install the official Kafka provider: {done.stderr[-2000:]}"
+        )
     return folder
 
 
-def _airflow(*args: str, overlay: Path | None = None, env: dict[str, str] | None = None) -> tuple[object, str]:
+def _airflow(
+    *args: str, overlay: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[object, str]:
     environ = {**os.environ, **(env or {})}
     if overlay is not None:
         environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(overlay), environ.get("PYTHONPATH")]))
-    done = subprocess.run([AIRFLOW, *args], capture_output=True, text=True, env=environ, cwd=REPO / ".tmp", timeout=300)
+    done = subprocess.run(
+        [AIRFLOW, *args], capture_output=True, text=True, env=environ, cwd=REPO / ".tmp", timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     # unit-test mode logs a line to stdout first: the JSON document is the last line
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stdout + done.stderr
@@ -67,7 +86,11 @@ def test_without_the_official_provider_both_types_are_ours_with_their_forms():
     behaviours, _ = _airflow("providers", "behaviours", "-o", "json")
     assert {"kafka", "kbp_ledger"} <= {b["field_behaviours"] for b in behaviours}
     widgets, _ = _airflow("providers", "widgets", "-o", "json")
-    ours = {w["connection_parameter_name"] for w in widgets if w["package_name"] == "airflow-provider-kafka-backpressure"}
+    ours = {
+        w["connection_parameter_name"]
+        for w in widgets
+        if w["package_name"] == "airflow-provider-kafka-backpressure"
+    }
     assert ours == {"extra__kbp_ledger__sqlalchemy_url", "extra__kbp_ledger__driver"}
     listed, _ = _airflow("providers", "list", "-o", "json")
     assert "airflow-provider-kafka-backpressure" in {p["package_name"] for p in listed}
@@ -95,11 +118,19 @@ print(json.dumps({"official": [type(official).__name__, *official.test_connectio
 
 def test_one_kafka_connection_serves_the_official_hook_and_ours(official_kafka_overlay: Path, kafka_broker):
     env = {
-        "AIRFLOW_CONN_KAFKA_COMPAT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}),
+        "AIRFLOW_CONN_KAFKA_COMPAT": json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}
+        ),
         "PYTHONPATH": str(official_kafka_overlay),
     }
-    done = subprocess.run([sys.executable, "-c", _COMPAT], capture_output=True, text=True,
-                          env={**os.environ, **env}, cwd=REPO / ".tmp", timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _COMPAT],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=REPO / ".tmp",
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["official"][:2] == ["KafkaBaseHook", True]

@@ -59,17 +59,31 @@ def test_cost_mode_settles_the_processing_ratio_at_its_target(
     kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, spark_connect
 ):
     make = af.pipeline_maker(
-        monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, connect_url=spark_connect.url, engine="connect"
+        monkeypatch,
+        kafka_broker.bootstrap,
+        topic_name,
+        tmp_path,
+        connect_url=spark_connect.url,
+        engine="connect",
     )
-    p, ledger = make(batch_interval_s=INTERVAL_S, transform="tests.integration.e2e_transforms:cost_per_record")
+    p, ledger = make(
+        batch_interval_s=INTERVAL_S, transform="tests.integration.e2e_transforms:cost_per_record"
+    )
     produce(kafka_broker.bootstrap, p.topics[0], count=BACKLOG, partitions=4)
     # target = max ratio: with a backlog the cost mode drains at max_ratio less its noise margin but
     # never below the target, so with the two equal the batches aim at the target. The first batch
     # reads initial_rate x interval records (640 at 40 s, a third of the target's); scaling off keeps the executors fixed.
     af.set_variable(
         p.settings_variable,
-        json.dumps({"mode": "cost", "target_ratio": TARGET, "max_ratio": TARGET,
-                    "initial_rate": 16, "scaling_enabled": False}),
+        json.dumps(
+            {
+                "mode": "cost",
+                "target_ratio": TARGET,
+                "max_ratio": TARGET,
+                "initial_rate": 16,
+                "scaling_enabled": False,
+            }
+        ),
     )
 
     lags = []
@@ -77,12 +91,17 @@ def test_cost_mode_settles_the_processing_ratio_at_its_target(
         r = af.run_dag(p.ingest_dag_id, n, INTERVAL_S)
         assert r.state == "success", r.task_states
         lags.append(ledger.batch(n + 1).plan.lag)
-    assert all(lag > 0 for lag in lags), lags  # a backlog was left behind every batch: the controller sized them all
+    assert all(lag > 0 for lag in lags), (
+        lags
+    )  # a backlog was left behind every batch: the controller sized them all
 
     batches = sorted(ledger.recent_batches(p.name, 100, ["succeeded"]), key=lambda b: b.batch_id)
     assert len(batches) == BATCHES
     ratios = [b.processing_ms / p.batch_interval_ms for b in batches]
-    table = "\n".join(f"batch {b.batch_id}: {b.records} records, {b.processing_ms} ms, ratio {x:.2f}" for b, x in zip(batches, ratios))
+    table = "\n".join(
+        f"batch {b.batch_id}: {b.records} records, {b.processing_ms} ms, ratio {x:.2f}"
+        for b, x in zip(batches, ratios)
+    )
     print(table)
     settled = statistics.median(ratios[-SETTLED:])
     state = af.variable(p.controller_variable)

@@ -71,7 +71,9 @@ def test_the_cost_mode_plans_from_the_cost_model_and_keeps_both_models(make_pipe
     state2 = af.variable(p.controller_variable)
     # what planned, for the page: the cost mode's budget and regime, not the PID's rate limit
     assert state2["last_plan"]["mode"] == "cost" and state2["last_plan"]["regime"] == "keep-up"
-    assert state2["last_plan"]["rate"] == pytest.approx(plan2["rate"]) and state2["last_plan"]["batch_id"] == 2
+    assert (
+        state2["last_plan"]["rate"] == pytest.approx(plan2["rate"]) and state2["last_plan"]["batch_id"] == 2
+    )
     assert [o[0] for o in state2["cost"]["observations"]] == [1, 2]
     assert state2["cost"]["fit"]["fixed_s"] >= 0 and state2["cost"]["target_ratio"] == 0.75
     assert "warning" in state2["cost"]
@@ -104,10 +106,15 @@ def sink_events(p) -> list[str]:
         asset = session.query(AssetModel).filter_by(name=sink_asset_name(p.name)).one_or_none()
         if asset is None:
             return []
-        return [e.partition_key for e in session.query(AssetEvent).filter_by(asset_id=asset.id).order_by(AssetEvent.id)]
+        return [
+            e.partition_key
+            for e in session.query(AssetEvent).filter_by(asset_id=asset.id).order_by(AssetEvent.id)
+        ]
 
 
-def test_runs_below_min_records_skip_their_batch_until_max_batch_delay_has_passed(make_pipeline, kafka_broker):
+def test_runs_below_min_records_skip_their_batch_until_max_batch_delay_has_passed(
+    make_pipeline, kafka_broker
+):
     """Issue 23 item 3: a run with less than min_records_per_batch skips (no plan, no Spark job, no
     commit, no Asset event; the state says "waiting for data") until max_batch_delay_s has passed
     since the last batch's plan; then it reads whatever there is."""
@@ -117,14 +124,21 @@ def test_runs_below_min_records_skip_their_batch_until_max_batch_delay_has_passe
 
     p, ledger = make_pipeline()
     topic = p.topics[0]
-    af.set_variable(p.settings_variable, json.dumps({"min_records_per_batch": 100, "max_batch_delay_s": 3600}))
+    af.set_variable(
+        p.settings_variable, json.dumps({"min_records_per_batch": 100, "max_batch_delay_s": 3600})
+    )
     produce(kafka_broker.bootstrap, topic, count=150, partitions=4)
     first = af.run_dag(p.ingest_dag_id, 0)
     assert first.state == "success" and first.xcoms["ingest"]["records"] == 150
 
     produce(kafka_broker.bootstrap, topic, count=20, partitions=4, start_id=150)
     waiting = af.run_dag(p.ingest_dag_id, 1)
-    assert waiting.task_states == {"plan": "skipped", "ingest": "skipped", "record": "skipped", "scale": "skipped"}
+    assert waiting.task_states == {
+        "plan": "skipped",
+        "ingest": "skipped",
+        "record": "skipped",
+        "scale": "skipped",
+    }
     assert ledger.get_plan(p.name, waiting.run_id) is None and len(ledger.recent_batches(p.name)) == 1
     state = af.variable(p.controller_variable)["waiting"]
     assert (state["available"], state["min_records"]) == (20, 100)
@@ -142,7 +156,9 @@ def test_runs_below_min_records_skip_their_batch_until_max_batch_delay_has_passe
     assert sink_events(p) == ["1", "2"]
 
 
-def test_a_gain_edited_in_the_settings_variable_changes_the_next_plan_in_the_cost_mode(make_pipeline, kafka_broker):
+def test_a_gain_edited_in_the_settings_variable_changes_the_next_plan_in_the_cost_mode(
+    make_pipeline, kafka_broker
+):
     """Issue 23: in the default (cost) mode the gains are the correction's; editing one in the
     settings Variable changes the next plan. The state is what the record task writes after batches
     of 1,000-3,000 records at 10 ms each (±5%) that each left a backlog behind; with it and a
@@ -156,8 +172,15 @@ def test_a_gain_edited_in_the_settings_variable_changes_the_next_plan_in_the_cos
     for i, n in enumerate([1_000, 3_000, 2_000, 3_000, 1_500, 2_500]):
         ms = int((2.0 + n * 0.010 * (1 + rng.uniform(-0.05, 0.05))) * 1000)
         controller.on_batch_completed(
-            batch_id=i + 1, time_ms=(i + 1) * 60_000, records=n, processing_ms=ms, scheduling_delay_ms=0,
-            params=settings.cost_params(), left_behind=10_000, budget=float(n), batch_interval_s=p.batch_interval_s,
+            batch_id=i + 1,
+            time_ms=(i + 1) * 60_000,
+            records=n,
+            processing_ms=ms,
+            scheduling_delay_ms=0,
+            params=settings.cost_params(),
+            left_behind=10_000,
+            budget=float(n),
+            batch_interval_s=p.batch_interval_s,
         )
     state = controller.to_dict(settings.cost_params(), p.batch_interval_s)
     assert state["cost"]["correction"]["terms"]["output"] > 0

@@ -47,7 +47,9 @@ def delta_spark(spark_work_dir: Path, s3_server):
         )
     delta = spark_delta_conf(jars="extraClassPath")
     s3a = spark_s3a_conf(s3_server, jars="extraClassPath")
-    class_path = os.pathsep.join([delta.pop("spark.driver.extraClassPath"), s3a.pop("spark.driver.extraClassPath")])
+    class_path = os.pathsep.join(
+        [delta.pop("spark.driver.extraClassPath"), s3a.pop("spark.driver.extraClassPath")]
+    )
     del delta["spark.executor.extraClassPath"], s3a["spark.executor.extraClassPath"]
     conf = {
         **delta,
@@ -78,8 +80,14 @@ def rows(spark, batch_id: int, n: int, attempt: int):
 
 def write(spark, table: str, batch_id: int, attempt: int, n: int, pipeline: str = PIPELINE) -> BatchCommit:
     return DeltaSink().write_batch(
-        spark, rows(spark, batch_id, n, attempt), table,
-        pipeline=pipeline, batch_id=batch_id, attempt=attempt, ranges=ranges(batch_id, n), expected_records=n,
+        spark,
+        rows(spark, batch_id, n, attempt),
+        table,
+        pipeline=pipeline,
+        batch_id=batch_id,
+        attempt=attempt,
+        ranges=ranges(batch_id, n),
+        expected_records=n,
     )
 
 
@@ -89,7 +97,8 @@ def contents(spark, table: str) -> dict[tuple[str, int], tuple[int, set[int]]]:
     from pyspark.sql import functions as F
 
     got = (
-        spark.read.format("delta").load(table)
+        spark.read.format("delta")
+        .load(table)
         .groupBy(PIPELINE_COLUMN, BATCH_COLUMN)
         .agg(F.count("*"), F.collect_set("written_by"))
         .collect()
@@ -109,7 +118,12 @@ def batch_commits(spark, table: str, batch_id: int) -> list[dict]:
 
 
 def test_the_delta_jars_are_delta_spark_and_delta_storage_without_what_pyspark_ships():
-    from airflow_kafka_backpressure.local.jars import artifact_name, delta_jars, delta_version, pyspark_shipped
+    from airflow_kafka_backpressure.local.jars import (
+        artifact_name,
+        delta_jars,
+        delta_version,
+        pyspark_shipped,
+    )
 
     names = {Path(p).name for p in jar_paths(delta_jars())}
     assert {f"delta-spark_2.13-{delta_version()}.jar", f"delta-storage-{delta_version()}.jar"} <= names
@@ -146,7 +160,11 @@ def test_a_replay_of_batch_5_after_batches_6_and_7_lands(delta_spark, tmp_path):
     replay = write(delta_spark, table, 5, attempt=1, n=5)
 
     assert (replay.batch_id, replay.record_count) == (5, 5)
-    assert contents(delta_spark, table) == {(PIPELINE, 5): (5, {1}), (PIPELINE, 6): (4, {1}), (PIPELINE, 7): (3, {1})}
+    assert contents(delta_spark, table) == {
+        (PIPELINE, 5): (5, {1}),
+        (PIPELINE, 6): (4, {1}),
+        (PIPELINE, 7): (3, {1}),
+    }
 
 
 def test_one_app_id_per_pipeline_would_drop_that_replay(delta_spark, tmp_path):
@@ -155,8 +173,12 @@ def test_one_app_id_per_pipeline_would_drop_that_replay(delta_spark, tmp_path):
     table = str(tmp_path / "t")
     for batch_id in (6, 7, 5):
         (
-            rows(delta_spark, batch_id, 2, 1).write.format("delta").mode("append")
-            .option("txnAppId", "kbp:orders").option("txnVersion", str(batch_id)).save(table)
+            rows(delta_spark, batch_id, 2, 1)
+            .write.format("delta")
+            .mode("append")
+            .option("txnAppId", "kbp:orders")
+            .option("txnVersion", str(batch_id))
+            .save(table)
         )
     got = {r[0] for r in delta_spark.read.format("delta").load(table).select("value").distinct().collect()}
     assert got == {"b6", "b7"}
@@ -200,11 +222,15 @@ def test_what_a_batch_committed_reads_back_from_the_delta_log(delta_spark, tmp_p
     assert sink.is_committed(delta_spark, table, pipeline=PIPELINE, batch_id=3, attempt=2)
     assert not sink.is_committed(delta_spark, table, pipeline=PIPELINE, batch_id=3, attempt=1)
     # the commit's own record in _delta_log: commitInfo.userMetadata and the txn of the batch
-    actions = [json.loads(line) for line in (Path(table) / "_delta_log" / f"{0:020d}.json").read_text().splitlines()]
+    actions = [
+        json.loads(line) for line in (Path(table) / "_delta_log" / f"{0:020d}.json").read_text().splitlines()
+    ]
     info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
     assert json.loads(info["userMetadata"])["ranges"] == [r.to_dict() for r in ranges(3, 7)]
     assert [a["txn"] for a in actions if "txn" in a][0] | {"lastUpdated": 0} == {
-        "appId": "kbp:orders:batch:3", "version": 2, "lastUpdated": 0,
+        "appId": "kbp:orders:batch:3",
+        "version": 2,
+        "lastUpdated": 0,
     }
 
 
@@ -212,24 +238,36 @@ def test_a_commit_of_another_row_count_than_was_read_fails(delta_spark, tmp_path
     table = str(tmp_path / "t")
     with pytest.raises(SinkFormatError, match=r"attempt 1 committed 4 rows .* but the batch read 5"):
         DeltaSink().write_batch(
-            delta_spark, rows(delta_spark, 2, 4, 1), table,
-            pipeline=PIPELINE, batch_id=2, attempt=1, ranges=ranges(2, 5), expected_records=5,
+            delta_spark,
+            rows(delta_spark, 2, 4, 1),
+            table,
+            pipeline=PIPELINE,
+            batch_id=2,
+            attempt=1,
+            ranges=ranges(2, 5),
+            expected_records=5,
         )
 
 
-def test_delta_commits_through_an_atomic_create_on_local_paths_and_a_single_driver_store_on_s3a(delta_spark, tmp_path):
+def test_delta_commits_through_an_atomic_create_on_local_paths_and_a_single_driver_store_on_s3a(
+    delta_spark, tmp_path
+):
     """The LogStore Delta picks by the path's scheme (what the README's guarantees per store rest
     on): HDFSLogStore (create-if-absent by rename) for file: and hdfs:, S3SingleDriverLogStore
     (mutual exclusion only within one driver's memory) for s3a: and s3:."""
     jvm = delta_spark._jvm
-    store = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(delta_spark._jsparkSession, str(tmp_path / "t")).store()
+    store = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+        delta_spark._jsparkSession, str(tmp_path / "t")
+    ).store()
 
     def impl(uri: str) -> str:
         return store.getDelegate(jvm.org.apache.hadoop.fs.Path(uri)).logStoreImpl().getClass().getSimpleName()
 
     assert {uri: impl(uri) for uri in (f"file:{tmp_path}/t", "hdfs://nn/t", "s3a://b/t", "s3://b/t")} == {
-        f"file:{tmp_path}/t": "HDFSLogStore", "hdfs://nn/t": "HDFSLogStore",
-        "s3a://b/t": "S3SingleDriverLogStore", "s3://b/t": "S3SingleDriverLogStore",
+        f"file:{tmp_path}/t": "HDFSLogStore",
+        "hdfs://nn/t": "HDFSLogStore",
+        "s3a://b/t": "S3SingleDriverLogStore",
+        "s3://b/t": "S3SingleDriverLogStore",
     }
 
 
@@ -251,7 +289,8 @@ def test_the_same_protocol_on_s3a(delta_spark, s3_server, s3_bucket):
     )
     s3 = s3_server.filesystem()
     logs = sorted(
-        i.base_name for i in s3.get_file_info(FileSelector(f"{s3_bucket}/tables/orders/_delta_log"))
+        i.base_name
+        for i in s3.get_file_info(FileSelector(f"{s3_bucket}/tables/orders/_delta_log"))
         if i.base_name.endswith(".json")
     )
     assert logs == [f"{v:020d}.json" for v in range(3)]

@@ -32,7 +32,10 @@ def _plan(ledger: Ledger, run: str, start: int) -> int:
 
 
 def _ledger_connection(monkeypatch, conn_id: str, url: str) -> str:
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": url}}))
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}",
+        json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": url}}),
+    )
     return conn_id
 
 
@@ -59,8 +62,18 @@ def test_trigger_fires_when_a_batch_fails_and_round_trips_through_serialize(tmp_
 
 
 def test_serialized_trigger_holds_the_connection_id_not_the_url_or_password(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_SECRET_LEDGER", json.dumps({
-        "conn_type": "kbp_ledger", "host": "db.internal", "login": "kbp", "password": "hunter2-s3cret", "schema": "ledger"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KBP_SECRET_LEDGER",
+        json.dumps(
+            {
+                "conn_type": "kbp_ledger",
+                "host": "db.internal",
+                "login": "kbp",
+                "password": "hunter2-s3cret",
+                "schema": "ledger",
+            }
+        ),
+    )
     _, kwargs = FailedRangesTrigger("kbp_secret_ledger", "p", None, 5.0).serialize()
     text = json.dumps(kwargs)
     assert kwargs["ledger_conn_id"] == "kbp_secret_ledger"
@@ -76,12 +89,20 @@ def test_a_deferral_stored_by_the_previous_version_still_resumes(tmp_path):
     batch = _plan(ledger, "r1", 0)
     ledger.mark_running(batch)
     ledger.mark_failed(batch, "boom")
-    old_kwargs = {"ledger_url": url, "pipeline": "p", "stale_before_ms": None, "poll_interval_s": 0.05, "deadline_ms": None}
+    old_kwargs = {
+        "ledger_url": url,
+        "pipeline": "p",
+        "stale_before_ms": None,
+        "poll_interval_s": 0.05,
+        "deadline_ms": None,
+    }
     assert first_event(FailedRangesTrigger(**old_kwargs)).payload == {"status": "found", "batch_ids": [batch]}
 
 
 def test_trigger_reports_an_unreachable_ledger_instead_of_spinning(monkeypatch):
-    conn_id = _ledger_connection(monkeypatch, "kbp_dead_ledger", "postgresql+psycopg2://nobody:x@127.0.0.1:1/none")
+    conn_id = _ledger_connection(
+        monkeypatch, "kbp_dead_ledger", "postgresql+psycopg2://nobody:x@127.0.0.1:1/none"
+    )
     event = first_event(FailedRangesTrigger(conn_id, "p", None, 0.05))
     assert event.payload["status"] == "error" and "LedgerUnavailable" in event.payload["message"]
     assert "nobody:x@" not in event.payload["message"]  # the ledger names itself without its password
@@ -96,6 +117,8 @@ def test_trigger_times_out_by_itself_at_its_deadline(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     Ledger(url).create_all()
     conn_id = _ledger_connection(monkeypatch, "kbp_idle_ledger", url)
-    trigger = FailedRangesTrigger(conn_id, "p", None, poll_interval_s=10, deadline_ms=int(time.time() * 1000) + 300)
+    trigger = FailedRangesTrigger(
+        conn_id, "p", None, poll_interval_s=10, deadline_ms=int(time.time() * 1000) + 300
+    )
 
     assert first_event(trigger).payload == {"status": "timeout"}

@@ -45,14 +45,30 @@ def lag_dag(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
     folder = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "kbp_test_lag_sensor.py").write_text(DAG_FILE)
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_LAG_KAFKA", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}))
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_LAG_LEDGER", json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": f"sqlite:///{tmp_path / 'ledger.db'}"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KBP_LAG_KAFKA",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KBP_LAG_LEDGER",
+        json.dumps(
+            {"conn_type": "generic", "extra": {"sqlalchemy_url": f"sqlite:///{tmp_path / 'ledger.db'}"}}
+        ),
+    )
     ensure_topic(kafka_broker.bootstrap, topic_name, 2)
-    pipeline = {"name": "lagtest", "topics": [topic_name], "sink": str(tmp_path / "sink"),
-                "kafka_conn_id": "kbp_lag_kafka", "ledger_conn_id": "kbp_lag_ledger", "group_id": f"{topic_name}-g"}
+    pipeline = {
+        "name": "lagtest",
+        "topics": [topic_name],
+        "sink": str(tmp_path / "sink"),
+        "kafka_conn_id": "kbp_lag_kafka",
+        "ledger_conn_id": "kbp_lag_ledger",
+        "group_id": f"{topic_name}-g",
+    }
 
     def run(n: int, **sensor):
-        monkeypatch.setenv(SPEC_ENV, json.dumps({"pipeline": pipeline, "poke_interval": 0.2, "timeout": 60, **sensor}))
+        monkeypatch.setenv(
+            SPEC_ENV, json.dumps({"pipeline": pipeline, "poke_interval": 0.2, "timeout": 60, **sensor})
+        )
         return af.run_dag(DAG_ID, n)
 
     yield run, kafka_broker.bootstrap, topic_name, pipeline["group_id"]
@@ -77,8 +93,15 @@ def _produce_once_started(bootstrap: str, topic: str, count: int, start_id: int,
             with create_session() as session:
                 ti = (
                     session.query(TaskInstance)
-                    .join(DagRun, (DagRun.dag_id == TaskInstance.dag_id) & (DagRun.run_id == TaskInstance.run_id))
-                    .filter(TaskInstance.dag_id == DAG_ID, TaskInstance.task_id == "lag", DagRun.logical_date == when)
+                    .join(
+                        DagRun,
+                        (DagRun.dag_id == TaskInstance.dag_id) & (DagRun.run_id == TaskInstance.run_id),
+                    )
+                    .filter(
+                        TaskInstance.dag_id == DAG_ID,
+                        TaskInstance.task_id == "lag",
+                        DagRun.logical_date == when,
+                    )
                     .first()
                 )
                 if ti is not None and ti.start_date is not None:
@@ -143,6 +166,9 @@ def test_an_unreachable_broker_fails_the_deferred_sensor_with_the_connection_nam
     from airflow_kafka_backpressure.local.broker import free_port
 
     run, *_ = lag_dag
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_LAG_KAFKA", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": f"127.0.0.1:{free_port()}"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KBP_LAG_KAFKA",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": f"127.0.0.1:{free_port()}"}}),
+    )
     result = run(6, max_lag_records=0, broker_timeout_s=1)
     assert result.task_states == {"lag": "failed"}, result

@@ -14,7 +14,9 @@ from airflow_kafka_backpressure.models import TopicPartition
 
 
 def _connection(monkeypatch, conn_id: str, extra: dict, **fields) -> str:
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kafka", "extra": extra, **fields}))
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kafka", "extra": extra, **fields})
+    )
     return conn_id
 
 
@@ -57,11 +59,16 @@ def test_host_and_port_are_used_without_bootstrap_servers(kafka_broker, topic_na
 
 def test_missing_topic_is_a_clear_error(kafka_broker, monkeypatch):
     conn_id = _connection(monkeypatch, "kafka_missing", {"bootstrap.servers": kafka_broker.bootstrap})
-    with _hook(conn_id).get_conn() as kafka, pytest.raises(TopicNotFoundError, match=r"\['no-such-topic'\] do not exist"):
+    with (
+        _hook(conn_id).get_conn() as kafka,
+        pytest.raises(TopicNotFoundError, match=r"\['no-such-topic'\] do not exist"),
+    ):
         kafka.partitions(["no-such-topic"])
 
 
-def test_offsets_of_a_deleted_topic_say_the_topic_is_gone_not_the_broker(kafka_broker, topic_name, monkeypatch):
+def test_offsets_of_a_deleted_topic_say_the_topic_is_gone_not_the_broker(
+    kafka_broker, topic_name, monkeypatch
+):
     """A topic deleted after a batch was planned (a replay asks for its earliest offsets): the error
     names the topic, not a broker that is "down, frozen or unreachable" (issue 21, item 7)."""
     from kafka import KafkaAdminClient

@@ -34,9 +34,17 @@ def r(partition: int, start: int, end: int, topic: str = T) -> OffsetRange:
     return OffsetRange(topic, partition, start, end)
 
 
-def plan(led: Ledger, run_id: str, *ranges: OffsetRange, pipeline: str = P, data_loss=(), rate=100.0) -> BatchPlan:
+def plan(
+    led: Ledger, run_id: str, *ranges: OffsetRange, pipeline: str = P, data_loss=(), rate=100.0
+) -> BatchPlan:
     return led.record_plan(
-        pipeline, run_id, list(ranges), SINK, batch_interval_ms=5000, planned_at_ms=1_000, rate=rate,
+        pipeline,
+        run_id,
+        list(ranges),
+        SINK,
+        batch_interval_ms=5000,
+        planned_at_ms=1_000,
+        rate=rate,
         data_loss=list(data_loss),
     )
 
@@ -197,14 +205,27 @@ INSERT_RANGE = text(
 )
 
 
-def raw_insert(led: Ledger, batch_id: int, start: int, end: int, prev: int | None, *, pipeline: str = P,
-               partition: int = 0) -> None:
+def raw_insert(
+    led: Ledger,
+    batch_id: int,
+    start: int,
+    end: int,
+    prev: int | None,
+    *,
+    pipeline: str = P,
+    partition: int = 0,
+) -> None:
     with led.engine.begin() as conn:
         conn.execute(
             INSERT_RANGE,
             {
-                "batch_id": batch_id, "pipeline": pipeline, "topic": T, "partition": partition,
-                "from_offset": start, "until_offset": end, "prev_until": prev,
+                "batch_id": batch_id,
+                "pipeline": pipeline,
+                "topic": T,
+                "partition": partition,
+                "from_offset": start,
+                "until_offset": end,
+                "prev_until": prev,
             },
         )
 
@@ -338,6 +359,7 @@ def test_concurrent_writers_of_the_same_run_get_the_same_plan(ledger: Ledger, le
 
 def test_sequential_writers_with_many_connections_build_one_chain(ledger_url, ledger: Ledger):
     """Writers racing in a loop, each re-planning from the current head after a conflict."""
+
     def writer(name: str) -> None:
         led = Ledger(ledger_url)
         try:
@@ -380,7 +402,12 @@ def test_the_normal_life_of_a_batch(ledger: Ledger):
     assert statuses(ledger, b) == ["running", "running"]
     ledger.record_metrics(b, scheduling_delay_ms=250, rate=42.5)
     done = ledger.mark_succeeded(b, records=14, processing_ms=3_200, at_ms=4_200)
-    assert (done.status, done.records, done.processing_ms, done.ended_at_ms) == ("succeeded", 14, 3_200, 4_200)
+    assert (done.status, done.records, done.processing_ms, done.ended_at_ms) == (
+        "succeeded",
+        14,
+        3_200,
+        4_200,
+    )
     assert (done.scheduling_delay_ms, done.rate, done.executors) == (250, 42.5, 3)
     assert statuses(ledger, b) == ["succeeded", "succeeded"]
     assert ledger.batch(b) == done
@@ -397,7 +424,12 @@ def test_retries_and_reruns_are_allowed_and_counted(ledger: Ledger):
     ledger.mark_succeeded(b, 10, 100)
     assert ledger.mark_succeeded(b, 10, 120).processing_ms == 120  # a retried record task
     rerun = ledger.mark_running(b, at_ms=9_000)  # a user cleared the finished run
-    assert (rerun.status, rerun.attempts, rerun.started_at_ms, rerun.ended_at_ms) == ("running", 4, 9_000, None)
+    assert (rerun.status, rerun.attempts, rerun.started_at_ms, rerun.ended_at_ms) == (
+        "running",
+        4,
+        9_000,
+        None,
+    )
     assert ledger.mark_succeeded(b, 10, 90).status == "succeeded"
 
 
@@ -535,7 +567,10 @@ def test_data_loss_is_recorded_as_lost_ranges_that_keep_the_chain_and_count_as_d
     ledger.mark_succeeded(b1, 20, 1)
     # Retention deleted [10, 40) of events-0 and [10, 12) of events-1 before they were read.
     p2 = plan(
-        ledger, "run-2", r(0, 40, 50), r(1, 12, 12),
+        ledger,
+        "run-2",
+        r(0, 40, 50),
+        r(1, 12, 12),
         data_loss=[DataLoss(T, 0, 10, 40), DataLoss(T, 1, 10, 12)],
     )
     assert p2.data_loss == (DataLoss(T, 0, 10, 40), DataLoss(T, 1, 10, 12))

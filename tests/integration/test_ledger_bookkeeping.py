@@ -22,7 +22,9 @@ def from_scratch(led: Ledger, pipeline: str = P) -> tuple[dict, dict]:
     bookkeeping table existed: head = max until; commit = first unfinished ``from`` else max until."""
     with led.engine.connect() as conn:
         rows = conn.execute(
-            text('SELECT topic, "partition", from_offset, until_offset, status FROM kbp_ranges WHERE pipeline = :p'),
+            text(
+                'SELECT topic, "partition", from_offset, until_offset, status FROM kbp_ranges WHERE pipeline = :p'
+            ),
             {"p": pipeline},
         ).all()
     by_tp: dict[TopicPartition, list] = {}
@@ -42,8 +44,12 @@ def from_scratch(led: Ledger, pipeline: str = P) -> tuple[dict, dict]:
 def stored_heads(led: Ledger) -> dict:
     """heads() without the positions of partitions that only had empty ranges."""
     with led.engine.connect() as conn:
-        return {TopicPartition(t, n) for t, n in conn.execute(
-            text('SELECT DISTINCT topic, "partition" FROM kbp_ranges WHERE pipeline = :p'), {"p": P})}
+        return {
+            TopicPartition(t, n)
+            for t, n in conn.execute(
+                text('SELECT DISTINCT topic, "partition" FROM kbp_ranges WHERE pipeline = :p'), {"p": P}
+            )
+        }
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -73,13 +79,14 @@ def test_random_histories_keep_heads_and_watermarks_equal_to_a_full_recount(ledg
             b = rng.choice(batches)
             action = rng.choice(["running", "succeeded", "failed", "replaying", "replayed"])
             try:
-                {
-                    "running": lambda: ledger.mark_running(b),
-                    "succeeded": lambda: ledger.mark_succeeded(b, 1, 1),
-                    "failed": lambda: ledger.mark_failed(b, "x"),
-                    "replaying": lambda: ledger.mark_replaying(b),
-                    "replayed": lambda: ledger.mark_replayed(b, 1, 1),
-                }[action]()
+                mark, args = {
+                    "running": (ledger.mark_running, ()),
+                    "succeeded": (ledger.mark_succeeded, (1, 1)),
+                    "failed": (ledger.mark_failed, ("x",)),
+                    "replaying": (ledger.mark_replaying, ()),
+                    "replayed": (ledger.mark_replayed, (1, 1)),
+                }[action]
+                mark(b, *args)
             except InvalidTransition:
                 continue
         heads, commit = from_scratch(ledger)
@@ -89,8 +96,10 @@ def test_random_histories_keep_heads_and_watermarks_equal_to_a_full_recount(ledg
 
 
 def test_a_replayed_range_lets_the_watermark_jump_over_every_done_range_after_it(ledger: Ledger):
-    ids = [ledger.record_plan(P, f"r{i}", [OffsetRange(T, 0, 10 * i, 10 * i + 10)], "/s", 1, 0).batch_id
-           for i in range(30)]
+    ids = [
+        ledger.record_plan(P, f"r{i}", [OffsetRange(T, 0, 10 * i, 10 * i + 10)], "/s", 1, 0).batch_id
+        for i in range(30)
+    ]
     for i, b in enumerate(ids):
         ledger.mark_running(b)
         ledger.mark_failed(b, "x") if i == 3 else ledger.mark_succeeded(b, 10, 1)
@@ -101,8 +110,10 @@ def test_a_replayed_range_lets_the_watermark_jump_over_every_done_range_after_it
 
 
 def test_a_cleared_finished_run_pulls_the_watermark_back_until_it_succeeds_again(ledger: Ledger):
-    ids = [ledger.record_plan(P, f"r{i}", [OffsetRange(T, 0, 10 * i, 10 * i + 10)], "/s", 1, 0).batch_id
-           for i in range(4)]
+    ids = [
+        ledger.record_plan(P, f"r{i}", [OffsetRange(T, 0, 10 * i, 10 * i + 10)], "/s", 1, 0).batch_id
+        for i in range(4)
+    ]
     for b in ids:
         ledger.mark_running(b)
         ledger.mark_succeeded(b, 10, 1)
@@ -125,8 +136,9 @@ def test_one_batch_of_bookkeeping_reads_through_indexes_only(tmp_path):
     try:
         for i in range(3):  # some history, and a second pipeline
             for pipeline in (P, "other"):
-                b = led.record_plan(pipeline, f"r{i}", [OffsetRange(T, n, 10 * i, 10 * i + 10) for n in range(3)],
-                                    "/s", 1, 0).batch_id
+                b = led.record_plan(
+                    pipeline, f"r{i}", [OffsetRange(T, n, 10 * i, 10 * i + 10) for n in range(3)], "/s", 1, 0
+                ).batch_id
                 led.mark_running(b)
                 led.mark_succeeded(b, 30, 1)
         statements: list[tuple[str, object]] = []
@@ -136,8 +148,9 @@ def test_one_batch_of_bookkeeping_reads_through_indexes_only(tmp_path):
                 statements.append((statement, parameters[0] if executemany else parameters))
 
         event.listen(led.engine, "before_cursor_execute", capture)
-        b = led.record_plan(P, "r9", [OffsetRange(T, n, 30, 40) for n in range(3)], "/s", 1, 0,
-                            data_loss=[]).batch_id
+        b = led.record_plan(
+            P, "r9", [OffsetRange(T, n, 30, 40) for n in range(3)], "/s", 1, 0, data_loss=[]
+        ).batch_id
         led.mark_running(b)
         led.mark_failed(b, "x")
         led.mark_replaying(b)
@@ -154,15 +167,22 @@ def test_one_batch_of_bookkeeping_reads_through_indexes_only(tmp_path):
             for sql, params in statements:
                 plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params).all()
                 # (scans of a recursive query's own rows, one per step it takes, are not tables)
-                scans = [row[-1] for row in plan if re.match(r"SCAN (kbp_(batches|ranges|partitions|losses|next))\b",
-                                                              row[-1])]
+                scans = [
+                    row[-1]
+                    for row in plan
+                    if re.match(r"SCAN (kbp_(batches|ranges|partitions|losses|next))\b", row[-1])
+                ]
                 assert not scans, (sql, plan)
                 # Nor read every row of the pipeline's history through an index on (pipeline, ...).
                 history = [
-                    row[-1] for row in plan
-                    if re.match(r"SEARCH kbp_(batches|ranges|next) .*\((pipeline=\?( AND topic=\?( AND partition=\?)?)?)\)$",
-                                row[-1])
-                    and "COVERING INDEX ix_kbp_batches_pipeline_batch_id" not in row[-1]  # max(batch_id): one row
+                    row[-1]
+                    for row in plan
+                    if re.match(
+                        r"SEARCH kbp_(batches|ranges|next) .*\((pipeline=\?( AND topic=\?( AND partition=\?)?)?)\)$",
+                        row[-1],
+                    )
+                    and "COVERING INDEX ix_kbp_batches_pipeline_batch_id"
+                    not in row[-1]  # max(batch_id): one row
                 ]
                 assert not history, (sql, plan)
     finally:

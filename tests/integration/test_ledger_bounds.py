@@ -130,15 +130,30 @@ def test_the_hook_takes_the_bound_from_the_connection(monkeypatch, tmp_path):
     from airflow_kafka_backpressure.hooks.ledger import LedgerHook
 
     url = f"sqlite:///{tmp_path / 'hooked.db'}"
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_BOUNDED", json.dumps(
-        {"conn_type": "generic", "extra": {"sqlalchemy_url": url, "timeout_s": 2.5}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KBP_BOUNDED",
+        json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": url, "timeout_s": 2.5}}),
+    )
     led = LedgerHook("kbp_bounded").get_conn()
     assert led.timeout_s == 2.5 and led.url == url
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_BAD", json.dumps(
-        {"conn_type": "generic", "extra": {"sqlalchemy_url": url, "timeout_s": "soon"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KBP_BAD",
+        json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": url, "timeout_s": "soon"}}),
+    )
     with pytest.raises(ValueError, match="Connection 'kbp_bad': extra 'timeout_s' = 'soon' must be a number"):
         LedgerHook("kbp_bad").get_conn()
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_PG", json.dumps(
-        {"conn_type": "postgres", "host": "db", "login": "u", "password": SECRET, "schema": "ledger", "port": 5432,
-         "extra": {"timeout_s": 5, "sslmode": "require"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KBP_PG",
+        json.dumps(
+            {
+                "conn_type": "postgres",
+                "host": "db",
+                "login": "u",
+                "password": SECRET,
+                "schema": "ledger",
+                "port": 5432,
+                "extra": {"timeout_s": 5, "sslmode": "require"},
+            }
+        ),
+    )
     assert LedgerHook("kbp_pg").url() == f"postgresql+psycopg2://u:{SECRET}@db:5432/ledger?sslmode=require"

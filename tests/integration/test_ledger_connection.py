@@ -18,8 +18,17 @@ def test_postgres_connection_opens_the_ledger_with_the_installed_driver(postgres
     conn_id = f"kbp_ledger_{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv(
         f"AIRFLOW_CONN_{conn_id.upper()}",
-        json.dumps({"conn_type": "postgres", "host": u.host, "port": u.port, "login": u.username,
-                    "password": u.password, "schema": u.database, "extra": {"options": u.query["options"]}}),
+        json.dumps(
+            {
+                "conn_type": "postgres",
+                "host": u.host,
+                "port": u.port,
+                "login": u.username,
+                "password": u.password,
+                "schema": u.database,
+                "extra": {"options": u.query["options"]},
+            }
+        ),
     )
     hook = LedgerHook(conn_id)
     assert hook.url().startswith("postgresql+psycopg2://")

@@ -15,7 +15,10 @@ from . import airflow_harness as af
 
 def _sqlite_connection(monkeypatch, tmp_path) -> str:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_HOSTS_LEDGER", json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": url}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KBP_HOSTS_LEDGER",
+        json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": url}}),
+    )
     return url
 
 
@@ -50,7 +53,10 @@ def test_sqlite_ledger_is_refused_with_a_remote_triggerer_and_allowed_on_one_hos
 
 
 def test_a_postgres_ledger_is_accepted_under_celery(monkeypatch, postgres_url):
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_HOSTS_PG", json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": postgres_url}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KBP_HOSTS_PG",
+        json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": postgres_url}}),
+    )
     monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
     assert isinstance(LedgerHook("kbp_hosts_pg").get_conn().pipelines(), list)
 
@@ -60,7 +66,9 @@ def airflow_db():
     af.reset_airflow_db()
 
 
-def test_the_plan_task_fails_with_a_remote_triggerer_and_a_sqlite_ledger(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
+def test_the_plan_task_fails_with_a_remote_triggerer_and_a_sqlite_ledger(
+    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db
+):
     make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path)
     p, _ = make()
     monkeypatch.setenv("AIRFLOW__KAFKA_BACKPRESSURE__REMOTE_TRIGGERER", "True")

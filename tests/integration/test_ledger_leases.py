@@ -35,12 +35,17 @@ def test_an_expired_lease_makes_a_running_batch_replayable_and_fences_its_old_at
     assert (claimed.status, claimed.owner_token, claimed.lease_expires_at_ms) == ("replaying", replay, 7_600)
     assert replayable(ledger, now=3_000) == []
     # the old attempt comes back to life: it can neither keep nor finish the batch
-    with pytest.raises(LeaseLost, match=rf"Batch {b}: this attempt \(token {ingest[:8]}…\) cannot renew its lease: "
-                                        rf"another attempt \(token {replay[:8]}…\) took it over"):
+    with pytest.raises(
+        LeaseLost,
+        match=rf"Batch {b}: this attempt \(token {ingest[:8]}…\) cannot renew its lease: "
+        rf"another attempt \(token {replay[:8]}…\) took it over",
+    ):
         ledger.renew_lease(b, ingest, 1_000, at_ms=3_000)
-    for finish in (lambda: ledger.mark_succeeded(b, 10, 1, token=ingest),
-                   lambda: ledger.mark_failed(b, "late failure", token=ingest),
-                   lambda: ledger.record_losses(b, [DataLoss(T, 0, 0, 1)], token=ingest)):
+    for finish in (
+        lambda: ledger.mark_succeeded(b, 10, 1, token=ingest),
+        lambda: ledger.mark_failed(b, "late failure", token=ingest),
+        lambda: ledger.record_losses(b, [DataLoss(T, 0, 0, 1)], token=ingest),
+    ):
         with pytest.raises(LeaseLost, match="Stop working on it"):
             finish()
     assert ledger.batch(b) == claimed and ledger.losses(P) == []
@@ -109,7 +114,9 @@ def test_two_replayers_cannot_both_claim_an_expired_batch(ledger: Ledger, ledger
     b = new_batch(ledger)
     ledger.mark_running(b, token=new_attempt_token(), lease_ms=1, at_ms=1_000)
     results = with_ledgers_at_once(
-        ledger_url, 3, lambda led, i: led.mark_replaying(b, token=f"replayer-{i}", lease_ms=60_000, at_ms=5_000)
+        ledger_url,
+        3,
+        lambda led, i: led.mark_replaying(b, token=f"replayer-{i}", lease_ms=60_000, at_ms=5_000),
     )
     assert sum(isinstance(x, InvalidTransition) for x in results) == 2, results
     winner = next(x for x in results if not isinstance(x, Exception))
@@ -152,7 +159,9 @@ def test_a_failure_before_the_claim_never_takes_the_batch_from_the_attempt_that_
     replay = new_attempt_token()
     ledger.mark_failed(b, "first failure")
     ledger.mark_replaying(b, token=replay, lease_ms=60_000)
-    with pytest.raises(InvalidTransition, match=rf"Batch {b} is 'replaying': left as it is, not marked 'failed'"):
+    with pytest.raises(
+        InvalidTransition, match=rf"Batch {b} is 'replaying': left as it is, not marked 'failed'"
+    ):
         ledger.mark_failed(b, "before the job started: bad settings", only_from=("planned",))
     assert (ledger.batch(b).status, ledger.batch(b).owner_token) == ("replaying", replay)
     ledger.mark_replayed(b, 10, 5, token=replay)

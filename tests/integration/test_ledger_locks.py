@@ -63,7 +63,9 @@ def test_read_modify_writes_under_the_lock_lose_no_update(ledger_url, tmp_path):
     assert int(counter.read_text()) == threads * rounds
 
 
-def test_a_lock_held_by_another_process_bounds_the_wait_and_dies_with_its_holder(ledger, ledger_url, tmp_path):  # noqa: F811
+def test_a_lock_held_by_another_process_bounds_the_wait_and_dies_with_its_holder(
+    ledger, ledger_url, tmp_path
+):  # noqa: F811
     name = f"p{secrets.token_hex(4)}:group-commit"
     flag = tmp_path / "held"
     holder = subprocess.Popen(

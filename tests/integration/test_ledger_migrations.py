@@ -56,8 +56,16 @@ def legacy_ledger(url: str) -> None:
         with engine.begin() as conn:
             for batch_id, pipeline, run_id, status, ranges, losses in batches:
                 plan = BatchPlan(
-                    pipeline, batch_id, run_id, tuple(OffsetRange(T, p, a, b) for p, a, b in ranges), "/sink",
-                    5000, 1000 * batch_id, 10.0, tuple(DataLoss(T, p, a, b) for p, a, b in losses), 3,
+                    pipeline,
+                    batch_id,
+                    run_id,
+                    tuple(OffsetRange(T, p, a, b) for p, a, b in ranges),
+                    "/sink",
+                    5000,
+                    1000 * batch_id,
+                    10.0,
+                    tuple(DataLoss(T, p, a, b) for p, a, b in losses),
+                    3,
                 )
                 conn.execute(
                     text(
@@ -65,18 +73,35 @@ def legacy_ledger(url: str) -> None:
                         "started_at_ms, attempts, error, plan_json, sink, rate) VALUES (:b, :p, :r, :s, "
                         ":c, :c, 1, :e, :j, '/sink', 10.0)"
                     ),
-                    {"b": batch_id, "p": pipeline, "r": run_id, "s": status, "c": 1000 * batch_id,
-                     "e": "boom" if status == "failed" else None, "j": plan.to_json()},
+                    {
+                        "b": batch_id,
+                        "p": pipeline,
+                        "r": run_id,
+                        "s": status,
+                        "c": 1000 * batch_id,
+                        "e": "boom" if status == "failed" else None,
+                        "j": plan.to_json(),
+                    },
                 )
-                rows = [(p, a, b, "lost") for p, a, b in losses] + [(p, a, b, status) for p, a, b in ranges if b > a]
+                rows = [(p, a, b, "lost") for p, a, b in losses] + [
+                    (p, a, b, status) for p, a, b in ranges if b > a
+                ]
                 for p, a, b, st in sorted(rows):
                     conn.execute(
                         text(
                             'INSERT INTO kbp_ranges (batch_id, pipeline, topic, "partition", from_offset, '
                             "until_offset, prev_until, status) VALUES (:b, :p, :t, :n, :f, :u, :prev, :s)"
                         ),
-                        {"b": batch_id, "p": pipeline, "t": T, "n": p, "f": a, "u": b,
-                         "prev": heads.get((pipeline, p)), "s": st},
+                        {
+                            "b": batch_id,
+                            "p": pipeline,
+                            "t": T,
+                            "n": p,
+                            "f": a,
+                            "u": b,
+                            "prev": heads.get((pipeline, p)),
+                            "s": st,
+                        },
                     )
                     heads[(pipeline, p)] = b
         if dialect_of(url) == "postgresql":  # rows were inserted with explicit ids: move the sequence on
@@ -91,12 +116,24 @@ def all_rows(url: str) -> dict[str, list[tuple]]:
     try:
         with engine.connect() as conn:
             return {
-                "batches": [tuple(r) for r in conn.execute(text(
-                    "SELECT batch_id, pipeline, run_id, status, created_at_ms, started_at_ms, ended_at_ms, "
-                    "records, processing_ms, attempts, error, plan_json, sink FROM kbp_batches ORDER BY batch_id"))],
-                "ranges": [tuple(r) for r in conn.execute(text(
-                    'SELECT id, batch_id, pipeline, topic, "partition", from_offset, until_offset, prev_until, '
-                    "status FROM kbp_ranges ORDER BY id"))],
+                "batches": [
+                    tuple(r)
+                    for r in conn.execute(
+                        text(
+                            "SELECT batch_id, pipeline, run_id, status, created_at_ms, started_at_ms, ended_at_ms, "
+                            "records, processing_ms, attempts, error, plan_json, sink FROM kbp_batches ORDER BY batch_id"
+                        )
+                    )
+                ],
+                "ranges": [
+                    tuple(r)
+                    for r in conn.execute(
+                        text(
+                            'SELECT id, batch_id, pipeline, topic, "partition", from_offset, until_offset, prev_until, '
+                            "status FROM kbp_ranges ORDER BY id"
+                        )
+                    )
+                ],
             }
     finally:
         engine.dispose()
@@ -144,7 +181,9 @@ def test_a_ledger_made_before_migrations_is_upgraded_with_its_data(new_database)
         assert led.committable_offsets("other") == {TP0: 150}
         assert [b.batch_id for b in led.replayable_batches(P)] == [2]
         # ... and goes on writing it: the next plan continues every chain; ids are never reused.
-        nxt = led.record_plan(P, "run-5", [OffsetRange(T, 0, 35, 40), OffsetRange(T, 1, 12, 13)], "/sink", 5000, 0)
+        nxt = led.record_plan(
+            P, "run-5", [OffsetRange(T, 0, 35, 40), OffsetRange(T, 1, 12, 13)], "/sink", 5000, 0
+        )
         assert nxt.batch_id == 6
         assert led.heads(P) == {TP0: 40, TP1: 13}
         led.mark_replaying(2)
@@ -177,7 +216,9 @@ def test_a_ledger_made_before_migrations_is_upgraded_with_its_data(new_database)
                     )
         with pytest.raises(IntegrityError):
             with engine.begin() as conn:  # a range others refer to (here: the head) cannot be deleted
-                conn.execute(text("DELETE FROM kbp_ranges WHERE pipeline = :p AND from_offset = 35"), {"p": P})
+                conn.execute(
+                    text("DELETE FROM kbp_ranges WHERE pipeline = :p AND from_offset = 35"), {"p": P}
+                )
     finally:
         led.dispose()
 
@@ -205,7 +246,9 @@ def test_concurrent_first_use_upgrades_once(new_database):
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            assert conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all() == [head_revision()]
+            assert conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all() == [
+                head_revision()
+            ]
     finally:
         engine.dispose()
 
@@ -234,7 +277,9 @@ def test_airflows_own_alembic_version_is_left_alone(new_database):
         with Ledger(url) as led:
             led.upgrade()
         with engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["airflow_rev_3_3"]
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [
+                "airflow_rev_3_3"
+            ]
     finally:
         engine.dispose()
 

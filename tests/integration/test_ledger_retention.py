@@ -29,7 +29,9 @@ def plan(led: Ledger, run: str, *ranges: OffsetRange, data_loss=(), pipeline: st
     return led.record_plan(pipeline, run, list(ranges), "/s", 1000, 0, data_loss=list(data_loss)).batch_id
 
 
-def run_batches(led: Ledger, n: int, *, width: int = 10, fail: tuple[int, ...] = (), partitions: int = 2) -> list[int]:
+def run_batches(
+    led: Ledger, n: int, *, width: int = 10, fail: tuple[int, ...] = (), partitions: int = 2
+) -> list[int]:
     """``n`` batches of one ``width`` range per partition; the i-th in ``fail`` fails, others succeed."""
     ids = []
     for i in range(n):
@@ -45,9 +47,16 @@ def run_batches(led: Ledger, n: int, *, width: int = 10, fail: tuple[int, ...] =
 
 def rows(led: Ledger) -> list[tuple]:
     with led.engine.connect() as conn:
-        return [tuple(x) for x in conn.execute(text(
-            'SELECT "partition", from_offset, until_offset, prev_until, status FROM kbp_ranges '
-            'WHERE pipeline = :p ORDER BY "partition", from_offset'), {"p": P})]
+        return [
+            tuple(x)
+            for x in conn.execute(
+                text(
+                    'SELECT "partition", from_offset, until_offset, prev_until, status FROM kbp_ranges '
+                    'WHERE pipeline = :p ORDER BY "partition", from_offset'
+                ),
+                {"p": P},
+            )
+        ]
 
 
 def assert_chains_enforced(led: Ledger) -> None:
@@ -62,8 +71,11 @@ def assert_chains_enforced(led: Ledger) -> None:
         'INSERT INTO kbp_ranges (batch_id, pipeline, topic, "partition", from_offset, until_offset, prev_until, '
         "status) VALUES (:b, :p, :t, :n, :f, :u, :prev, 'planned')"
     )
-    for f, u, prev in [(start, last_end + 5, None), (last_end + 1, last_end + 5, last_end + 1),
-                       (last_end - 1, last_end + 5, last_end - 1)]:
+    for f, u, prev in [
+        (start, last_end + 5, None),
+        (last_end + 1, last_end + 5, last_end + 1),
+        (last_end - 1, last_end + 5, last_end - 1),
+    ]:
         with pytest.raises(IntegrityError):
             with led.engine.begin() as conn:
                 conn.execute(insert, {"b": batch_id, "p": P, "t": T, "n": part, "f": f, "u": u, "prev": prev})
@@ -71,8 +83,12 @@ def assert_chains_enforced(led: Ledger) -> None:
     if len(middle) >= 3:
         with pytest.raises(IntegrityError):
             with led.engine.begin() as conn:
-                conn.execute(text('DELETE FROM kbp_ranges WHERE pipeline = :p AND "partition" = :n AND from_offset = :f'),
-                             {"p": P, "n": part, "f": middle[1][1]})
+                conn.execute(
+                    text(
+                        'DELETE FROM kbp_ranges WHERE pipeline = :p AND "partition" = :n AND from_offset = :f'
+                    ),
+                    {"p": P, "n": part, "f": middle[1][1]},
+                )
     assert rows(led) == first
 
 
@@ -104,8 +120,12 @@ def test_abandoning_a_failed_batch_records_its_offsets_as_lost_and_lets_commits_
 def test_abandoned_is_terminal(ledger: Ledger):
     ids = run_batches(ledger, 2, fail=(0,))
     ledger.abandon(ids[0], "gone")
-    for attempt in (lambda: ledger.mark_running(ids[0]), lambda: ledger.mark_replaying(ids[0]),
-                    lambda: ledger.mark_failed(ids[0], "x"), lambda: ledger.mark_succeeded(ids[0], 1, 1)):
+    for attempt in (
+        lambda: ledger.mark_running(ids[0]),
+        lambda: ledger.mark_replaying(ids[0]),
+        lambda: ledger.mark_failed(ids[0], "x"),
+        lambda: ledger.mark_succeeded(ids[0], 1, 1),
+    ):
         with pytest.raises(InvalidTransition, match="abandoned: its offsets are recorded as lost"):
             attempt()
     assert ledger.batch(ids[0]).status == "abandoned"
@@ -133,7 +153,10 @@ def test_a_batch_with_losses_found_by_its_plan_abandons_only_the_rest(ledger: Le
     ledger.mark_failed(b, "x")
     ledger.abandon(b, "gone too")
     spans = ledger.losses(P)[0].spans
-    assert [(s.loss, s.kind) for s in spans] == [(DataLoss(T, 0, 30, 40), "plan"), (DataLoss(T, 0, 40, 50), "abandon")]
+    assert [(s.loss, s.kind) for s in spans] == [
+        (DataLoss(T, 0, 30, 40), "plan"),
+        (DataLoss(T, 0, 40, 50), "abandon"),
+    ]
     assert ledger.committable_offsets(P) == {TP0: 50}
 
 
@@ -155,14 +178,18 @@ def test_a_replay_records_a_partial_loss_and_commits_move_past_the_batch(ledger:
     (entry,) = ledger.losses(P)
     assert entry.status == "replayed" and entry.lost == 5
     assert [(s.from_offset, s.until_offset, s.kind, s.reason) for s in entry.spans] == [
-        (10, 13, "replay", "earliest offset is now 13"), (13, 15, "replay", None)
+        (10, 13, "replay", "earliest offset is now 13"),
+        (13, 15, "replay", None),
     ]
 
 
 def test_losses_outside_the_batch_or_after_it_finished_are_refused(ledger: Ledger):
     ids = run_batches(ledger, 2, fail=(1,))
-    with pytest.raises(LedgerError, match=r"Batch %d: the lost offsets events-0\[5, 15\) are not inside one of its "
-                                          r"ranges \(events-0: events-0\[10, 20\)\)" % ids[1]):
+    with pytest.raises(
+        LedgerError,
+        match=rf"Batch {ids[1]}: the lost offsets events-0\[5, 15\) are not inside one of its "
+        r"ranges \(events-0: events-0\[10, 20\)\)",
+    ):
         ledger.record_losses(ids[1], [DataLoss(T, 0, 5, 15)])
     with pytest.raises(LedgerError, match="not inside"):
         ledger.record_losses(ids[1], [DataLoss(T, 7, 10, 12)])
@@ -182,7 +209,13 @@ def test_prune_keeps_the_newest_batches_and_restarts_the_chains_at_the_first_kep
     result = ledger.prune(P, keep_batches=3)
     assert (result.batches, result.ranges) == (7, 14)
     assert [b.batch_id for b in ledger.recent_batches(P, 100)] == ids[:6:-1]
-    assert rows(ledger)[0] == (0, 70, 80, None, "succeeded") and rows(ledger)[1] == (0, 80, 90, 80, "succeeded")
+    assert rows(ledger)[0] == (0, 70, 80, None, "succeeded") and rows(ledger)[1] == (
+        0,
+        80,
+        90,
+        80,
+        "succeeded",
+    )
     assert ledger.heads(P) == heads and ledger.committable_offsets(P) == commits
     assert ledger.prune(P, keep_batches=3) == type(result)()  # nothing more to do
     # the pipeline goes on: plans continue the chains, a failure still holds the commits back
@@ -269,7 +302,10 @@ def test_the_abandon_and_prune_commands(tmp_path, capsys):
     cmd = shlex.split(abandon_command(ids[1], reason="retention deleted it"))  # as a shell splits it
     assert cmd[:4] == ["python", "-m", "airflow_kafka_backpressure.ledger", "abandon"]
     assert main(cmd[3:] + ["--url", url]) == 0
-    assert f"Batch {ids[1]} of pipeline 'orders' is abandoned: its 20 offsets are recorded as lost" in capsys.readouterr().out
+    assert (
+        f"Batch {ids[1]} of pipeline 'orders' is abandoned: its 20 offsets are recorded as lost"
+        in capsys.readouterr().out
+    )
     assert main(["prune", "--url", url, "--pipeline", P, "--keep-batches", "1"]) == 0
     assert "pruned 3 batches, 6 ranges, 2 loss records" in capsys.readouterr().out
     assert main(["prune", "--url", url, "--pipeline", P]) == 2
@@ -288,12 +324,27 @@ def test_the_commands_resolve_an_airflow_connection(tmp_path):
     with Ledger(url) as led:
         led.upgrade()
         ids = run_batches(led, 2, fail=(0,))
-    env = dict(os.environ, AIRFLOW_CONN_KBP_TEST_LEDGER=json.dumps(
-        {"conn_type": "generic", "extra": {"sqlalchemy_url": url}}))
+    env = dict(
+        os.environ,
+        AIRFLOW_CONN_KBP_TEST_LEDGER=json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": url}}),
+    )
     out = subprocess.run(
-        [sys.executable, "-m", "airflow_kafka_backpressure.ledger", "abandon", "--conn-id", "kbp_test_ledger",
-         "--batch", str(ids[0]), "--reason", "gone"],
-        capture_output=True, text=True, timeout=300, env=env,
+        [
+            sys.executable,
+            "-m",
+            "airflow_kafka_backpressure.ledger",
+            "abandon",
+            "--conn-id",
+            "kbp_test_ledger",
+            "--batch",
+            str(ids[0]),
+            "--reason",
+            "gone",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert out.returncode == 0, out.stderr
     with Ledger(url) as led:

@@ -80,8 +80,13 @@ def test_same_estimates_as_sparks_pid_rate_estimator(spark_pid_class, batches, i
 
 @pytest.mark.parametrize(
     "args",
-    [(0, 1.0, 2.0, 3.0, 10.0), (100, -1.0, 2.0, 3.0, 10.0), (100, 0.0, -1.0, 3.0, 10.0),
-     (100, 0.0, 0.0, -1.0, 10.0), (100, 0.0, 0.0, 0.0, 0.0)],
+    [
+        (0, 1.0, 2.0, 3.0, 10.0),
+        (100, -1.0, 2.0, 3.0, 10.0),
+        (100, 0.0, -1.0, 3.0, 10.0),
+        (100, 0.0, 0.0, -1.0, 10.0),
+        (100, 0.0, 0.0, 0.0, 0.0),
+    ],
 )
 def test_same_argument_checks_as_spark(spark_pid_class, args):
     from py4j.protocol import Py4JJavaError

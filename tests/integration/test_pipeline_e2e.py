@@ -75,7 +75,9 @@ def committed(bootstrap: str, p: PipelineConfig) -> dict[TopicPartition, int]:
         return k.committed_offsets(p.group, k.partitions(p.topics))
 
 
-def test_three_runs_ingest_everything_exactly_once_and_the_controller_follows_spark(make_pipeline, kafka_broker):
+def test_three_runs_ingest_everything_exactly_once_and_the_controller_follows_spark(
+    make_pipeline, kafka_broker
+):
     p, ledger = make_pipeline()
     topic = p.topics[0]
     produced = 0
@@ -87,10 +89,16 @@ def test_three_runs_ingest_everything_exactly_once_and_the_controller_follows_sp
         assert r.state == "success", r.task_states
         # each run's plan, metrics and rate are visible as XCom
         assert r.xcoms["plan"]["batch_id"] == n + 1
-        assert r.xcoms["ingest"]["records"] == count == sum(x["until_offset"] - x["from_offset"] for x in r.xcoms["plan"]["ranges"])
+        assert (
+            r.xcoms["ingest"]["records"]
+            == count
+            == sum(x["until_offset"] - x["from_offset"] for x in r.xcoms["plan"]["ranges"])
+        )
         assert sink_ids(p.sink) == Counter(range(produced))  # every record exactly once so far
         manifest = json.loads((Path(p.sink) / f"batch_id={n + 1}" / "_manifest.json").read_text())
-        assert manifest["reader"] == "native" and manifest["unread"] == []  # Spark's reader, counted as it wrote
+        assert (
+            manifest["reader"] == "native" and manifest["unread"] == []
+        )  # Spark's reader, counted as it wrote
         state, rate_limit = expected_controller(ledger, p, [gains] * (n + 1))
         stored = af.variable(p.controller_variable)
         assert stored["estimator"]["state"] == state
@@ -123,7 +131,9 @@ def test_three_runs_ingest_everything_exactly_once_and_the_controller_follows_sp
 
 
 @CONNECT_ONLY
-def test_settings_variable_tunes_the_next_plan_and_an_invalid_edit_changes_nothing(make_pipeline, kafka_broker):
+def test_settings_variable_tunes_the_next_plan_and_an_invalid_edit_changes_nothing(
+    make_pipeline, kafka_broker
+):
     p, ledger = make_pipeline(batch_interval_s=5)
     topic = p.topics[0]
     # two batches of very different sizes: their processing rates differ, so the gains matter
@@ -161,7 +171,10 @@ def test_settings_variable_tunes_the_next_plan_and_an_invalid_edit_changes_nothi
     _, expected_rate = expected_controller(ledger, p, [(1.0, 0.2, 0.0, 100.0), (0.5, 0.2, 0.0, 1.0)])
     assert r.xcoms["plan"]["rate"] == expected_rate != rate_limit
     spark_mmp = max_messages_per_partition(heads, latest, 5000, RateLimits(), expected_rate)
-    planned = {TopicPartition(x["topic"], x["partition"]): x["until_offset"] - x["from_offset"] for x in r.xcoms["plan"]["ranges"]}
+    planned = {
+        TopicPartition(x["topic"], x["partition"]): x["until_offset"] - x["from_offset"]
+        for x in r.xcoms["plan"]["ranges"]
+    }
     assert planned == {tp: min(spark_mmp[tp], latest[tp] - heads[tp]) for tp in tps}
     assert sum(planned.values()) < backlog  # backpressure held the batch below the backlog
 
@@ -172,10 +185,14 @@ def test_settings_variable_tunes_the_next_plan_and_an_invalid_edit_changes_nothi
 
 
 @CONNECT_ONLY
-def test_a_failed_batch_is_replayed_by_the_replay_dag_and_commits_wait_for_it(make_pipeline, kafka_broker, tmp_path, monkeypatch):
+def test_a_failed_batch_is_replayed_by_the_replay_dag_and_commits_wait_for_it(
+    make_pipeline, kafka_broker, tmp_path, monkeypatch
+):
     flag = tmp_path / "fail-now"
     monkeypatch.setenv("KBP_TEST_FAIL_FLAG", str(flag))
-    p, ledger = make_pipeline(transform="tests.integration.e2e_transforms:fail_while_flagged", replay_interval_s=20)
+    p, ledger = make_pipeline(
+        transform="tests.integration.e2e_transforms:fail_while_flagged", replay_interval_s=20
+    )
     topic = p.topics[0]
 
     produce(kafka_broker.bootstrap, topic, count=120, partitions=4)
@@ -227,7 +244,9 @@ def test_a_broken_state_variable_fails_the_batch_and_the_replay_completes_it(mak
     assert sum(committed(kafka_broker.bootstrap, p).values()) == 60
 
 
-def test_the_arrow_writer_ingests_exactly_once_and_a_rerun_rewrites_the_same_batch(make_pipeline, kafka_broker):
+def test_the_arrow_writer_ingests_exactly_once_and_a_rerun_rewrites_the_same_batch(
+    make_pipeline, kafka_broker
+):
     """``reader_options.writer = "arrow"`` (the reading tasks write the Parquet files) on each engine:
     over Spark Connect the task function reaches the server's Python workers with the package."""
     p, ledger = make_pipeline(reader_options={"writer": "arrow", "max_records_per_partition": 10})
@@ -239,7 +258,9 @@ def test_the_arrow_writer_ingests_exactly_once_and_a_rerun_rewrites_the_same_bat
     assert af.run_dag(p.ingest_dag_id, 1).state == "success"
     assert sink_ids(p.sink) == Counter(range(120))
     manifest = json.loads((Path(p.sink) / "batch_id=1" / "_manifest.json").read_text())
-    assert manifest["writer"] == "arrow" and len(manifest["files"]) == 8  # 4 partitions x 20 offsets, pieces of 10
+    assert (
+        manifest["writer"] == "arrow" and len(manifest["files"]) == 8
+    )  # 4 partitions x 20 offsets, pieces of 10
     again = af.run_dag(p.ingest_dag_id, 0)  # a cleared run: same range, rewritten once
     assert again.state == "success" and ledger.batch(1).attempts == 2
     assert sink_ids(p.sink) == Counter(range(120))
@@ -254,7 +275,12 @@ def test_a_partition_added_later_is_read_from_its_first_record(
     from kafka.admin import KafkaAdminClient, NewPartitions
 
     make = af.pipeline_maker(
-        monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, connect_url=spark_connect.url, engine="connect"
+        monkeypatch,
+        kafka_broker.bootstrap,
+        topic_name,
+        tmp_path,
+        connect_url=spark_connect.url,
+        engine="connect",
     )
     p, ledger = make(starting_offsets="latest")
     produce(kafka_broker.bootstrap, topic_name, count=40, partitions=4)  # before the first plan: skipped
@@ -274,7 +300,6 @@ def test_a_partition_added_later_is_read_from_its_first_record(
     new_ranges = {x["partition"]: x["from_offset"] for x in r.xcoms["plan"]["ranges"] if x["partition"] >= 4}
     assert new_ranges == {4: 0, 5: 0}
     assert sink_ids(p.sink) == Counter(range(40, 140))
-
 
 
 @CONNECT_ONLY
@@ -297,7 +322,9 @@ def test_the_record_task_prunes_the_ledger_to_the_pipelines_retention(make_pipel
 
 
 @CONNECT_ONLY
-def test_a_recreated_topic_is_noticed_at_plan_replay_and_commit(make_pipeline, kafka_broker, tmp_path, monkeypatch):
+def test_a_recreated_topic_is_noticed_at_plan_replay_and_commit(
+    make_pipeline, kafka_broker, tmp_path, monkeypatch
+):
     """A topic deleted and created again restarts its offsets (issue 21, item 1). Before, the plan
     went on from the old head (skipping the new topic's first records), a replay of an old batch read
     the new topic's records at the old offsets, and the commit put old watermarks on the new topic."""
@@ -349,13 +376,22 @@ def test_a_recreated_topic_is_noticed_at_plan_replay_and_commit(make_pipeline, k
     assert r.state == "success", r.task_states
     plan = r.xcoms["plan"]
     assert plan["topic_ids"] == {topic: new_id}
-    assert sorted((x["from_offset"], x["until_offset"] - x["from_offset"]) for x in plan["ranges"]) == [(0, 7), (0, 7), (0, 8), (0, 8)]
-    assert sink_ids(p.sink) == Counter(range(40)) + Counter(range(1000, 1030))  # nothing twice, nothing of the new topic skipped
+    assert sorted((x["from_offset"], x["until_offset"] - x["from_offset"]) for x in plan["ranges"]) == [
+        (0, 7),
+        (0, 7),
+        (0, 8),
+        (0, 8),
+    ]
+    assert sink_ids(p.sink) == Counter(range(40)) + Counter(
+        range(1000, 1030)
+    )  # nothing twice, nothing of the new topic skipped
     assert sum(committed(bootstrap, p).values()) == 30
 
 
 @pytest.mark.parametrize("make_pipeline", ["submit"], indirect=True)
-def test_a_sink_that_cannot_hold_its_guarantees_fails_the_plan_and_nothing_is_planned(make_pipeline, kafka_broker, monkeypatch):
+def test_a_sink_that_cannot_hold_its_guarantees_fails_the_plan_and_nothing_is_planned(
+    make_pipeline, kafka_broker, monkeypatch
+):
     """The plan task refuses an object-store sink (no directory rename) and a local sink under a
     Spark master with executors on other hosts (issue 22): no batch, no Spark job, nothing committed."""
     p, ledger = make_pipeline(sink="s3a://lake/orders")
@@ -364,7 +400,10 @@ def test_a_sink_that_cannot_hold_its_guarantees_fails_the_plan_and_nothing_is_pl
     assert r.task_states["plan"] == "failed" and r.task_states["ingest"] != "success", r.task_states
     assert ledger.recent_batches(p.name, 10) == []
 
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "spark://10.1.2.3", "port": 7077}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_DEFAULT",
+        json.dumps({"conn_type": "spark", "host": "spark://10.1.2.3", "port": 7077}),
+    )
     p, ledger = make_pipeline()
     r = af.run_dag(p.ingest_dag_id, 1)
     assert r.task_states["plan"] == "failed", r.task_states

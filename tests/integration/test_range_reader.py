@@ -63,7 +63,9 @@ def test_ranges_are_read_exactly_over_several_partitions(kafka_broker, props, cl
     produce(kafka_broker.bootstrap, topic_name, count=200, partitions=PARTITIONS)  # 50 per partition
     for p, (a, b) in enumerate([(0, 50), (3, 17), (49, 50), (20, 41)]):
         table = read_table(OffsetRange(topic_name, p, a, b), props, client, max_records_per_batch=7)
-        assert table.column("offset").to_pylist() == list(range(a, b))  # no gap, no duplicate, none past until
+        assert table.column("offset").to_pylist() == list(
+            range(a, b)
+        )  # no gap, no duplicate, none past until
         assert ids(table) == [o * PARTITIONS + p for o in range(a, b)]
         assert set(table.column("partition").to_pylist()) == {p}
 
@@ -78,7 +80,9 @@ def test_ranges_are_read_exactly_over_several_partitions(kafka_broker, props, cl
 def test_batches_hold_at_most_max_records(kafka_broker, props, client, topic_name):
     ensure_topic(kafka_broker.bootstrap, topic_name, 1)
     produce(kafka_broker.bootstrap, topic_name, count=25, partitions=1)
-    batches = list(read_range(OffsetRange(topic_name, 0, 2, 25), props, client=client, max_records_per_batch=10))
+    batches = list(
+        read_range(OffsetRange(topic_name, 0, 2, 25), props, client=client, max_records_per_batch=10)
+    )
     assert [b.num_rows for b in batches] == [10, 10, 3]
 
 
@@ -93,7 +97,10 @@ def test_batches_are_made_of_several_chunks(kafka_broker, props, client, topic_n
     done: list = []
     batches = list(
         read_range(
-            OffsetRange(topic_name, 0, 1, 30), props, client=client, max_records_per_batch=7,
+            OffsetRange(topic_name, 0, 1, 30),
+            props,
+            client=client,
+            max_records_per_batch=7,
             on_complete=lambda *a: done.append(a[1:]),
         )
     )
@@ -101,7 +108,9 @@ def test_batches_are_made_of_several_chunks(kafka_broker, props, client, topic_n
     table = pa.Table.from_batches(batches)
     assert table.column("offset").to_pylist() == list(range(1, 30))
     assert ids(table) == list(range(1, 30))
-    key_value_bytes = sum(len(k or b"") + len(v) for k, v in zip(table["key"].to_pylist(), table["value"].to_pylist()))
+    key_value_bytes = sum(
+        len(k or b"") + len(v) for k, v in zip(table["key"].to_pylist(), table["value"].to_pylist())
+    )
     assert done == [(29, key_value_bytes)]
 
 
@@ -123,13 +132,19 @@ def test_offset_gaps_from_transaction_markers_end_the_read_at_until(kafka_broker
     for (a, b), offsets in cases.items():
         done = []
         table = read_table(
-            OffsetRange(topic_name, 0, a, b), props, client, stall_timeout_s=10, on_complete=lambda *x: done.append(x)
+            OffsetRange(topic_name, 0, a, b),
+            props,
+            client,
+            stall_timeout_s=10,
+            on_complete=lambda *x, done=done: done.append(x),
         )
         assert table.column("offset").to_pylist() == offsets, (a, b)
         assert [(n, nbytes) for _, n, nbytes in done] == [(len(offsets), 4 * len(offsets))]
 
 
-def test_values_and_schema_are_spark_kafka_sources_and_the_same_for_both_clients(kafka_broker, props, topic_name):
+def test_values_and_schema_are_spark_kafka_sources_and_the_same_for_both_clients(
+    kafka_broker, props, topic_name
+):
     ensure_topic(kafka_broker.bootstrap, topic_name, 1)
     produce_sample_records(kafka_broker.bootstrap, topic_name)
 
@@ -146,7 +161,9 @@ def test_values_and_schema_are_spark_kafka_sources_and_the_same_for_both_clients
     assert rows[1]["headers"] == [{"key": "h", "value": b"x"}, {"key": "e", "value": b""}]
 
 
-def test_range_past_the_end_stalls_with_the_partition_and_offsets_named(kafka_broker, props, client, topic_name):
+def test_range_past_the_end_stalls_with_the_partition_and_offsets_named(
+    kafka_broker, props, client, topic_name
+):
     ensure_topic(kafka_broker.bootstrap, topic_name, 2)
     produce(kafka_broker.bootstrap, topic_name, count=10, partitions=2)  # 5 per partition
     done = []
@@ -158,7 +175,7 @@ def test_range_past_the_end_stalls_with_the_partition_and_offsets_named(kafka_br
                 client=client,
                 poll_timeout_ms=200,
                 stall_timeout_s=1,
-                on_complete=lambda *x: done.append(x),
+                on_complete=lambda *x, done=done: done.append(x),
             )
         )
     msg = str(err.value)
@@ -167,21 +184,37 @@ def test_range_past_the_end_stalls_with_the_partition_and_offsets_named(kafka_br
     assert done == []  # a failed read is never reported complete
 
 
-def test_missing_topic_and_partition_are_named_and_nothing_is_created(kafka_broker, props, client, topic_name):
+def test_missing_topic_and_partition_are_named_and_nothing_is_created(
+    kafka_broker, props, client, topic_name
+):
     with pytest.raises(KafkaRangeReadError, match=f"topic '{topic_name}' does not exist"):
-        list(read_range(OffsetRange(topic_name, 0, 0, 3), props, client=client, poll_timeout_ms=200, stall_timeout_s=1))
+        list(
+            read_range(
+                OffsetRange(topic_name, 0, 0, 3), props, client=client, poll_timeout_ms=200, stall_timeout_s=1
+            )
+        )
     assert topic_name not in topics(kafka_broker.bootstrap)
 
     ensure_topic(kafka_broker.bootstrap, topic_name, 2)
-    with pytest.raises(KafkaRangeReadError, match=rf"topic '{topic_name}' has no partition 7 \(it has \[0, 1\]\)"):
-        list(read_range(OffsetRange(topic_name, 7, 0, 3), props, client=client, poll_timeout_ms=200, stall_timeout_s=1))
+    with pytest.raises(
+        KafkaRangeReadError, match=rf"topic '{topic_name}' has no partition 7 \(it has \[0, 1\]\)"
+    ):
+        list(
+            read_range(
+                OffsetRange(topic_name, 7, 0, 3), props, client=client, poll_timeout_ms=200, stall_timeout_s=1
+            )
+        )
 
 
 def test_unreachable_broker_is_a_clear_error(client):
     port = free_port()  # nothing listens there
     props = {"bootstrap.servers": f"127.0.0.1:{port}", "socket.connection.setup.timeout.ms": 1000}
     with pytest.raises(KafkaRangeReadError) as err:
-        list(read_range(OffsetRange("t", 0, 0, 3), props, client=client, poll_timeout_ms=200, stall_timeout_s=2))
+        list(
+            read_range(
+                OffsetRange("t", 0, 0, 3), props, client=client, poll_timeout_ms=200, stall_timeout_s=2
+            )
+        )
     msg = str(err.value)
     assert "t-0[0, 3)" in msg and f"127.0.0.1:{port}" in msg
     assert "bootstrap.servers" in msg and "security" in msg
@@ -214,7 +247,9 @@ def test_reading_commits_nothing(kafka_broker, props, topic_name):
         assert read_table(OffsetRange(topic_name, 0, 0, 5), props, c).num_rows == 5
     # control: a commit to another group is visible the same way
     group = f"control-{topic_name}"
-    control = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, group_id=group, enable_auto_commit=False)
+    control = KafkaConsumer(
+        bootstrap_servers=kafka_broker.bootstrap, group_id=group, enable_auto_commit=False
+    )
     tp = TopicPartition(topic_name, 0)
     control.assign([tp])
     control.commit({tp: OffsetAndMetadata(3, "", -1)})
@@ -232,9 +267,13 @@ def test_on_complete_reports_once_and_only_after_a_full_read(kafka_broker, props
     produce(kafka_broker.bootstrap, topic_name, count=12, partitions=1)
     r = OffsetRange(topic_name, 0, 2, 11)
     calls = []
-    batches = list(read_range(r, props, client=client, max_records_per_batch=4, on_complete=lambda *x: calls.append(x)))
+    batches = list(
+        read_range(r, props, client=client, max_records_per_batch=4, on_complete=lambda *x: calls.append(x))
+    )
     table = pa.Table.from_batches(batches)
-    expected_bytes = sum(len(k) + len(v) for k, v in zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
+    expected_bytes = sum(
+        len(k) + len(v) for k, v in zip(table.column("key").to_pylist(), table.column("value").to_pylist())
+    )
     assert calls == [(r, 9, expected_bytes)]
 
     calls.clear()

@@ -35,7 +35,9 @@ def test_split_ranges_are_read_in_parallel_and_exactly_once(spark, kafka_broker,
     ensure_topic(kafka_broker.bootstrap, topic_name, 2)
     produce(kafka_broker.bootstrap, topic_name, count=60, partitions=2)  # 30 per partition
     ranges = [OffsetRange(topic_name, 0, 0, 30), OffsetRange(topic_name, 1, 5, 25)]
-    df = load(spark, ranges, kafka_broker.bootstrap, client=client, max_records_per_partition=7, min_partitions=9)
+    df = load(
+        spark, ranges, kafka_broker.bootstrap, client=client, max_records_per_partition=7, min_partitions=9
+    )
     assert df.schema == KAFKA_SCHEMA
 
     expected_pieces = split_ranges(ranges, max_records_per_partition=7, min_partitions=9)

@@ -32,7 +32,9 @@ READERS = ["python", "native"]
 
 def sink_rows(sink: Path) -> list[tuple[int, bytes, bytes]]:
     table = pads.dataset(str(sink), format="parquet", partitioning="hive").to_table()
-    rows = zip(table.column("offset").to_pylist(), table.column("key").to_pylist(), table.column("value").to_pylist())
+    rows = zip(
+        table.column("offset").to_pylist(), table.column("key").to_pylist(), table.column("value").to_pylist()
+    )
     return sorted(rows)
 
 
@@ -41,11 +43,18 @@ def latest(bootstrap: str, topic: str) -> int:
         return k.latest_offsets([TopicPartition(topic, 0)])[TopicPartition(topic, 0)]
 
 
-def run(spark, tmp_path: Path, bootstrap: str, topic: str, until: int, reader: str, kafka: dict | None = None):
+def run(
+    spark, tmp_path: Path, bootstrap: str, topic: str, until: int, reader: str, kafka: dict | None = None
+):
     sink = tmp_path / f"sink-{reader}"
     spec = make_spec(
-        tmp_path, bootstrap, 1, {(topic, 0): (0, until)}, sink=sink,
-        kafka={"bootstrap.servers": bootstrap, **(kafka or {})}, options={"writer": "spark"},
+        tmp_path,
+        bootstrap,
+        1,
+        {(topic, 0): (0, until)},
+        sink=sink,
+        kafka={"bootstrap.servers": bootstrap, **(kafka or {})},
+        options={"writer": "spark"},
     )
     spec = type(spec).from_dict({**spec.to_dict(), "reader": reader})
     return run_batch(spark, spec), sink_rows(sink)
@@ -62,7 +71,9 @@ def transactional_topic(kafka_broker):
 
     topic = f"txn-{int(time.time() * 1000)}"
     ensure_topic(kafka_broker.bootstrap, topic, 1)
-    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": f"{topic}-tx", "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": f"{topic}-tx", "linger.ms": 5}
+    )
     producer.init_transactions(30)
     committed = []
     for n, commit in ((5, True), (3, False), (4, True)):
@@ -79,10 +90,18 @@ def transactional_topic(kafka_broker):
 
 
 @pytest.mark.parametrize("reader", READERS)
-def test_read_committed_skips_aborted_records_and_markers(spark, kafka_broker, transactional_topic, tmp_path, reader):
+def test_read_committed_skips_aborted_records_and_markers(
+    spark, kafka_broker, transactional_topic, tmp_path, reader
+):
     topic, committed = transactional_topic
     metrics, rows = run(
-        spark, tmp_path, kafka_broker.bootstrap, topic, 15, reader, kafka={"isolation.level": "read_committed"}
+        spark,
+        tmp_path,
+        kafka_broker.bootstrap,
+        topic,
+        15,
+        reader,
+        kafka={"isolation.level": "read_committed"},
     )
     assert [(k, v) for _, k, v in rows] == committed
     assert [o for o, _, _ in rows] == [0, 1, 2, 3, 4, 10, 11, 12, 13]
@@ -90,7 +109,9 @@ def test_read_committed_skips_aborted_records_and_markers(spark, kafka_broker, t
 
 
 @pytest.mark.parametrize("reader", READERS)
-def test_read_uncommitted_sees_the_aborted_records_but_no_markers(spark, kafka_broker, transactional_topic, tmp_path, reader):
+def test_read_uncommitted_sees_the_aborted_records_but_no_markers(
+    spark, kafka_broker, transactional_topic, tmp_path, reader
+):
     topic, _ = transactional_topic
     metrics, rows = run(spark, tmp_path, kafka_broker.bootstrap, topic, 15, reader)
     assert [o for o, _, _ in rows] == [0, 1, 2, 3, 4, 6, 7, 8, 10, 11, 12, 13]
@@ -112,10 +133,22 @@ def compacted_topic(kafka_broker):
     topic = f"compacted-{int(time.time() * 1000)}"
     admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
     try:
-        admin.create_topics([NewTopic(topic, 1, 1, topic_configs={
-            "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
-            "min.compaction.lag.ms": "0", "delete.retention.ms": "100",
-        })])
+        admin.create_topics(
+            [
+                NewTopic(
+                    topic,
+                    1,
+                    1,
+                    topic_configs={
+                        "cleanup.policy": "compact",
+                        "segment.ms": "100",
+                        "min.cleanable.dirty.ratio": "0.01",
+                        "min.compaction.lag.ms": "0",
+                        "delete.retention.ms": "100",
+                    },
+                )
+            ]
+        )
     finally:
         admin.close()
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=5)
@@ -149,7 +182,9 @@ def compacted_topic(kafka_broker):
 
 
 @pytest.mark.parametrize("reader", READERS)
-def test_a_compacted_range_is_read_to_its_end_with_its_surviving_records(spark, kafka_broker, compacted_topic, tmp_path, reader):
+def test_a_compacted_range_is_read_to_its_end_with_its_surviving_records(
+    spark, kafka_broker, compacted_topic, tmp_path, reader
+):
     topic, end, surviving = compacted_topic
     metrics, rows = run(spark, tmp_path, kafka_broker.bootstrap, topic, end, reader)
     assert rows == surviving
@@ -171,15 +206,22 @@ def deleted_start(kafka_broker, topic_name) -> str:
 
 
 @pytest.mark.parametrize("reader", READERS)
-def test_a_range_whose_start_was_deleted_is_refused_before_reading(spark, kafka_broker, deleted_start, tmp_path, reader):
+def test_a_range_whose_start_was_deleted_is_refused_before_reading(
+    spark, kafka_broker, deleted_start, tmp_path, reader
+):
     topic = deleted_start
-    with pytest.raises(JobError, match=rf"{topic}-0\[0, 20\): starts below the earliest offset 5 .* offsets \[0, 5\) were deleted"):
+    with pytest.raises(
+        JobError,
+        match=rf"{topic}-0\[0, 20\): starts below the earliest offset 5 .* offsets \[0, 5\) were deleted",
+    ):
         run(spark, tmp_path, kafka_broker.bootstrap, topic, 20, reader)
     assert not (tmp_path / f"sink-{reader}" / "batch_id=1").exists()
 
 
 @pytest.mark.parametrize("reader", READERS)
-def test_records_deleted_after_the_check_fail_the_read(spark, kafka_broker, deleted_start, tmp_path, monkeypatch, reader):
+def test_records_deleted_after_the_check_fail_the_read(
+    spark, kafka_broker, deleted_start, tmp_path, monkeypatch, reader
+):
     """Retention that strikes between the bounds check and the read (the check bypassed here): the
     read fails rather than skip the deleted offsets (Spark's ``failOnDataLoss``; the Python reader's
     own check); the ledger's ``on_data_loss`` decides at the next plan or replay."""

@@ -39,11 +39,18 @@ def make_pipeline(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, s
     # the connect engine: replay and adoption are the same above the hook, and its batches cost a
     # fraction of spark-submit's (the submit engine's replays are in test_batch_stop and the fault suite)
     return af.pipeline_maker(
-        monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, connect_url=spark_connect.url, engine="connect"
+        monkeypatch,
+        kafka_broker.bootstrap,
+        topic_name,
+        tmp_path,
+        connect_url=spark_connect.url,
+        engine="connect",
     )
 
 
-def failed_batches(make_pipeline, kafka_broker, n: int, per_batch: int, **overrides) -> tuple[PipelineConfig, Ledger]:
+def failed_batches(
+    make_pipeline, kafka_broker, n: int, per_batch: int, **overrides
+) -> tuple[PipelineConfig, Ledger]:
     """``n`` failed batches of ``per_batch`` records each (ids in production order), failed before
     Spark ran: the executors Variable is broken while they are ingested, then repaired."""
     p, ledger = make_pipeline(replay_interval_s=20, **overrides)
@@ -73,7 +80,11 @@ def test_a_failing_batch_does_not_block_later_ones_and_skip_records_retention_lo
     poison = tmp_path / "poison.json"
     monkeypatch.setenv("KBP_TEST_POISON_FILE", str(poison))
     p, ledger = failed_batches(
-        make_pipeline, kafka_broker, 3, 40, transform="tests.integration.e2e_transforms:fail_on_poison",
+        make_pipeline,
+        kafka_broker,
+        3,
+        40,
+        transform="tests.integration.e2e_transforms:fail_on_poison",
         on_data_loss="skip",
     )
     topic = p.topics[0]
@@ -83,7 +94,11 @@ def test_a_failing_batch_does_not_block_later_ones_and_skip_records_retention_lo
     r = af.run_dag(p.replay_dag_id, 0)
     assert r.task_states["failed_ranges"] == "success" and r.xcoms["failed_ranges"] == [1, 2, 3]
     assert r.task_states["replay"] == "failed"  # it names the batch that failed ...
-    assert [ledger.batch(b).status for b in (1, 2, 3)] == ["replayed", "failed", "replayed"]  # ... not stalled
+    assert [ledger.batch(b).status for b in (1, 2, 3)] == [
+        "replayed",
+        "failed",
+        "replayed",
+    ]  # ... not stalled
     assert "poison ids" in ledger.batch(2).error
     lost = ids_at(0, range(0, 4))
     assert sink_ids(p.sink) == Counter(set(range(40)) - lost | set(range(80, 120)))  # never read: not written
@@ -123,7 +138,9 @@ def test_fail_mode_names_the_batch_and_the_abandon_command_and_later_batches_are
     assert f"Batch 1 of pipeline {p.name!r} cannot be replayed" in first.error
     assert f"{topic}-1[0, 3) (3 records)" in first.error
     command = first.error.split("run: ", 1)[1].split(" (or set on_data_loss", 1)[0]
-    assert command.startswith("python -m airflow_kafka_backpressure.ledger abandon --conn-id kbp_ledger_test --batch 1 ")
+    assert command.startswith(
+        "python -m airflow_kafka_backpressure.ledger abandon --conn-id kbp_ledger_test --batch 1 "
+    )
     assert sink_ids(p.sink) == Counter(range(40, 80))  # batch 2 written ...
     assert committed(kafka_broker.bootstrap, p) == {}  # ... but nothing committed past batch 1
 
@@ -152,8 +169,12 @@ def written_not_marked(make_pipeline, kafka_broker, token: str, **fields):
     topic = p.topics[0]
     produce(kafka_broker.bootstrap, topic, count=40, partitions=4)
     plan = ledger.record_plan(
-        p.name, "manual__dead-worker", [OffsetRange(topic, q, 0, 10) for q in range(4)], p.sink,
-        p.batch_interval_ms, int(time.time() * 1000),
+        p.name,
+        "manual__dead-worker",
+        [OffsetRange(topic, q, 0, 10) for q in range(4)],
+        p.sink,
+        p.batch_interval_ms,
+        int(time.time() * 1000),
     )
     row = ledger.mark_running(plan.batch_id, executors=1, token=token, lease_ms=3_600_000)
     metrics = SparkBatchHook.for_pipeline(p).run(
@@ -165,7 +186,9 @@ def written_not_marked(make_pipeline, kafka_broker, token: str, **fields):
     return p, ledger, plan, manifest
 
 
-def test_a_batch_written_but_not_marked_is_adopted_without_reading_again(make_pipeline, kafka_broker, monkeypatch):
+def test_a_batch_written_but_not_marked_is_adopted_without_reading_again(
+    make_pipeline, kafka_broker, monkeypatch
+):
     """The worker ran the job (the sink swap committed) and died before mark_succeeded: the ledger row
     stays ``running`` under the dead attempt's token until its lease expires."""
     dead = "deadbeef" * 4
@@ -179,8 +202,13 @@ def test_a_batch_written_but_not_marked_is_adopted_without_reading_again(make_pi
     r = af.run_dag(p.replay_dag_id, 0)
     assert r.state == "success", r.task_states
     assert r.xcoms["replay"] == [
-        {"batch_id": plan.batch_id, "records": 40, "processing_ms": r.xcoms["replay"][0]["processing_ms"],
-         "adopted": True, "lost": 0}
+        {
+            "batch_id": plan.batch_id,
+            "records": 40,
+            "processing_ms": r.xcoms["replay"][0]["processing_ms"],
+            "adopted": True,
+            "lost": 0,
+        }
     ]
     batch = ledger.batch(plan.batch_id)
     assert batch.status == "replayed" and batch.records == 40 and batch.attempts == 2
@@ -199,7 +227,9 @@ def test_a_written_batch_is_adopted_after_a_replay_that_died_before_its_check_an
     could neither adopt A's output (not the last owner's) nor read again, and with on_data_loss
     'fail' it advised abandoning offsets whose data was in the sink. Now R2 adopts A's version."""
     a = "a" * 32
-    p, ledger, plan, manifest = written_not_marked(make_pipeline, kafka_broker, a, replay_interval_s=20, on_data_loss="fail")
+    p, ledger, plan, manifest = written_not_marked(
+        make_pipeline, kafka_broker, a, replay_interval_s=20, on_data_loss="fail"
+    )
     topic = p.topics[0]
     ledger.renew_lease(plan.batch_id, a, 1)
     time.sleep(0.05)  # A's lease expired: A is dead
@@ -210,7 +240,9 @@ def test_a_written_batch_is_adopted_after_a_replay_that_died_before_its_check_an
 
     r = af.run_dag(p.replay_dag_id, 0)
     assert r.state == "success", r.task_states
-    assert [(x["batch_id"], x["records"], x["adopted"], x["lost"]) for x in r.xcoms["replay"]] == [(plan.batch_id, 40, True, 0)]
+    assert [(x["batch_id"], x["records"], x["adopted"], x["lost"]) for x in r.xcoms["replay"]] == [
+        (plan.batch_id, 40, True, 0)
+    ]
     batch = ledger.batch(plan.batch_id)
     assert batch.status == "replayed" and batch.records == 40
     assert json.loads((Path(plan.output_path) / "_manifest.json").read_text()) == manifest  # A's, untouched

@@ -50,7 +50,15 @@ def _listing(s3: pafs.FileSystem, path: str) -> dict[str, str]:
 
 def _request(server, method: str, bucket: str, key: str = "", body: bytes = b"", headers=None):
     return signed_request(
-        server.endpoint, server.access_key, server.secret_key, server.region, method, bucket, key, body, headers
+        server.endpoint,
+        server.access_key,
+        server.secret_key,
+        server.region,
+        method,
+        bucket,
+        key,
+        body,
+        headers,
     )
 
 
@@ -108,13 +116,17 @@ def test_a_server_that_cannot_start_says_so_and_leaves_nothing_running(tmp_path)
     assert server.process is None
     assert "address already in use" in (tmp_path / "s3" / "seaweedfs.log").read_text()
     grpc_ports = {str(p) for name, p in server.ports.items() if name.endswith(".grpc")}
-    assert not [f for f in os.listdir("/tmp") if f.startswith("seaweedfs-") and f.split("-")[-1][:-5] in grpc_ports]
+    assert not [
+        f for f in os.listdir("/tmp") if f.startswith("seaweedfs-") and f.split("-")[-1][:-5] in grpc_ports
+    ]
 
 
 def test_only_signed_requests_of_the_configured_identity_are_served(s3_server, s3_bucket):
     s3_server.filesystem().open_output_stream(f"{s3_bucket}/k").close()
     assert _request(s3_server, "GET", s3_bucket, "k").status == 200
-    wrong = signed_request(s3_server.endpoint, s3_server.access_key, "not-the-secret", s3_server.region, "GET", s3_bucket, "k")
+    wrong = signed_request(
+        s3_server.endpoint, s3_server.access_key, "not-the-secret", s3_server.region, "GET", s3_bucket, "k"
+    )
     assert wrong.status == 403 and b"SignatureDoesNotMatch" in wrong.body
     with pytest.raises(OSError, match="ACCESS_DENIED during HeadObject"):
         s3_server.filesystem(secret_key="not-the-secret").get_file_info(f"{s3_bucket}/k")
@@ -128,7 +140,10 @@ def test_only_signed_requests_of_the_configured_identity_are_served(s3_server, s
 
 def test_pyarrow_writes_and_reads_parquet_through_s3_filesystem(s3_server, s3_bucket):
     s3 = s3_server.filesystem()
-    parts = [pa.table({"id": list(range(i * 500, (i + 1) * 500)), "name": [f"row-{j}" for j in range(500)]}) for i in range(2)]
+    parts = [
+        pa.table({"id": list(range(i * 500, (i + 1) * 500)), "name": [f"row-{j}" for j in range(500)]})
+        for i in range(2)
+    ]
     for i, part in enumerate(parts):
         pq.write_table(part, f"{s3_bucket}/table/part-{i}.parquet", filesystem=s3)
 
@@ -169,7 +184,10 @@ def test_fs_move_of_a_directory_fails_on_s3_and_changes_nothing(s3_server, s3_bu
         pq.write_table(pa.table({"id": [i]}), f"{staging}/part-{i}.parquet", filesystem=s3)
     before = _listing(s3, f"{s3_bucket}/sink")
 
-    with pytest.raises(OSError, match=r"When copying key 'sink/_kbp_staging_1_t' in bucket '.*' to key 'sink/batch_id=1'.*NO_SUCH_KEY during CopyObject"):
+    with pytest.raises(
+        OSError,
+        match=r"When copying key 'sink/_kbp_staging_1_t' in bucket '.*' to key 'sink/batch_id=1'.*NO_SUCH_KEY during CopyObject",
+    ):
         s3.move(staging, final)
     assert _listing(s3, f"{s3_bucket}/sink") == before
     assert s3.get_file_info(final).type == pafs.FileType.NotFound
@@ -186,7 +204,12 @@ def test_todays_commit_of_a_batch_to_s3_fails_at_the_swap(s3_server, s3_bucket, 
     from pyspark.sql.types import LongType, StructField, StructType
 
     from airflow_kafka_backpressure.models import OffsetRange
-    from airflow_kafka_backpressure.spark.sink import SinkError, batch_dir_name, commit_batch, staging_dir_name
+    from airflow_kafka_backpressure.spark.sink import (
+        SinkError,
+        batch_dir_name,
+        commit_batch,
+        staging_dir_name,
+    )
 
     for key, value in s3_server.aws_environment().items():
         monkeypatch.setenv(key, value)
@@ -197,14 +220,23 @@ def test_todays_commit_of_a_batch_to_s3_fails_at_the_swap(s3_server, s3_bucket, 
     s3.open_output_stream(f"{staging}/_SUCCESS").close()
     rng = OffsetRange("events", 0, 0, 3)
 
-    with pytest.raises(SinkError, match=r"batch 1: cannot commit to sink .*cannot rename .*NO_SUCH_KEY during CopyObject"):
+    with pytest.raises(
+        SinkError, match=r"batch 1: cannot commit to sink .*cannot rename .*NO_SUCH_KEY during CopyObject"
+    ):
         commit_batch(
-            sink, 1, token, [rng], {"pipeline": "p"}, StructType([StructField("id", LongType())]),
+            sink,
+            1,
+            token,
+            [rng],
+            {"pipeline": "p"},
+            StructType([StructField("id", LongType())]),
             reads=[(rng, 3, 30)],
         )
     assert s3.get_file_info(f"{s3_bucket}/sink/{batch_dir_name(1)}").type == pafs.FileType.NotFound
     assert _listing(s3, staging) == {"part-00000.parquet": "File", "_manifest.json": "File"}
-    manifest = json.loads(_request(s3_server, "GET", s3_bucket, f"sink/{staging_dir_name(1, token)}/_manifest.json").body)
+    manifest = json.loads(
+        _request(s3_server, "GET", s3_bucket, f"sink/{staging_dir_name(1, token)}/_manifest.json").body
+    )
     assert (manifest["rows"], manifest["records"]) == (3, 3)
 
 
@@ -222,7 +254,10 @@ def test_conditional_puts_are_honoured_and_atomic_among_concurrent_writers(s3_se
     assert _request(s3_server, "PUT", s3_bucket, key, b'{"attempt": 2}', {"If-Match": '"0000"'}).status == 412
     swapped = _request(s3_server, "PUT", s3_bucket, key, b'{"attempt": 2}', {"If-Match": created.etag})
     assert swapped.status == 200 and swapped.etag != created.etag
-    assert _request(s3_server, "PUT", s3_bucket, key, b'{"attempt": 3}', {"If-Match": created.etag}).status == 412
+    assert (
+        _request(s3_server, "PUT", s3_bucket, key, b'{"attempt": 3}', {"If-Match": created.etag}).status
+        == 412
+    )
     assert _request(s3_server, "GET", s3_bucket, key).body == b'{"attempt": 2}'
 
     def race(headers, body_prefix: str, race_key: str) -> list[tuple[int, int]]:
@@ -263,9 +298,15 @@ def test_conditional_copy_and_delete_are_honoured(s3_server, s3_bucket):
     assert _request(s3_server, "PUT", s3_bucket, "final/part-1", headers=copy).status == 200
     assert _request(s3_server, "GET", s3_bucket, "final/part-1").body == b"new"
 
-    assert _request(s3_server, "DELETE", s3_bucket, "staging/part-0", headers={"If-Match": '"0000"'}).status == 412
+    assert (
+        _request(s3_server, "DELETE", s3_bucket, "staging/part-0", headers={"If-Match": '"0000"'}).status
+        == 412
+    )
     assert _request(s3_server, "GET", s3_bucket, "staging/part-0").status == 200
-    assert _request(s3_server, "DELETE", s3_bucket, "staging/part-0", headers={"If-Match": src.etag}).status == 204
+    assert (
+        _request(s3_server, "DELETE", s3_bucket, "staging/part-0", headers={"If-Match": src.etag}).status
+        == 204
+    )
     assert _request(s3_server, "GET", s3_bucket, "staging/part-0").status == 404
 
 
@@ -312,9 +353,20 @@ def test_spark_writes_and_reads_parquet_through_s3a(spark_submit, s3_server, s3_
 def test_s3_command_line_serves_until_interrupted(tmp_path):
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "airflow_kafka_backpressure.local", "s3", "--port", str(port),
-         "--work-dir", str(tmp_path / "s3"), "--bucket", "cli-demo"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "airflow_kafka_backpressure.local",
+            "s3",
+            "--port",
+            str(port),
+            "--work-dir",
+            str(tmp_path / "s3"),
+            "--bucket",
+            "cli-demo",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         lines = [proc.stdout.readline() for _ in range(6)]  # the address, then 5 AWS_* variables
@@ -323,8 +375,14 @@ def test_s3_command_line_serves_until_interrupted(tmp_path):
         creds = dict(re.findall(r"(AWS_[A-Z_]+)=(\S+)", "".join(lines)))
         assert creds["AWS_ENDPOINT_URL"] == f"http://127.0.0.1:{port}"
         put = signed_request(
-            creds["AWS_ENDPOINT_URL"], creds["AWS_ACCESS_KEY_ID"], creds["AWS_SECRET_ACCESS_KEY"],
-            creds["AWS_REGION"], "PUT", "cli-demo", "hello.txt", b"hi",
+            creds["AWS_ENDPOINT_URL"],
+            creds["AWS_ACCESS_KEY_ID"],
+            creds["AWS_SECRET_ACCESS_KEY"],
+            creds["AWS_REGION"],
+            "PUT",
+            "cli-demo",
+            "hello.txt",
+            b"hi",
         )
         assert put.status == 200
         weed = int(m.group(1))

@@ -30,10 +30,10 @@ import pytest
 from sqlalchemy import create_engine, inspect, make_url, select, text
 
 from airflow_kafka_backpressure.local.producer import produce
+from tests.fixtures_postgres import url_with_search_path
 
 from . import airflow_harness as af
 from .test_pipeline_e2e import sink_ids
-from tests.fixtures_postgres import url_with_search_path
 
 TOKEN = secrets.token_hex(6)
 KAFKA_SECRET = f"kafkaPw{TOKEN}"
@@ -126,8 +126,16 @@ def test_planted_secrets_reach_no_command_line_log_ledger_row_api_trigger_or_fil
 ):
     monkeypatch.setenv(
         "AIRFLOW_CONN_KBP_SECRET_KAFKA",
-        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap,
-                                                    "sasl.username": "kbp", "sasl.password": KAFKA_SECRET}}),
+        json.dumps(
+            {
+                "conn_type": "kafka",
+                "extra": {
+                    "bootstrap.servers": kafka_broker.bootstrap,
+                    "sasl.username": "kbp",
+                    "sasl.password": KAFKA_SECRET,
+                },
+            }
+        ),
     )
     monkeypatch.setenv(
         "AIRFLOW_CONN_KBP_SECRET_LEDGER",
@@ -139,7 +147,10 @@ def test_planted_secrets_reach_no_command_line_log_ledger_row_api_trigger_or_fil
     p, _ = make(
         kafka_conn_id="kbp_secret_kafka",
         ledger_conn_id="kbp_secret_ledger",
-        spark_conf={"spark.hadoop.fs.s3a.secret.key": S3_SECRET, "spark.hadoop.fs.s3a.access.key": "AKIAEXAMPLE"},
+        spark_conf={
+            "spark.hadoop.fs.s3a.secret.key": S3_SECRET,
+            "spark.hadoop.fs.s3a.access.key": "AKIAEXAMPLE",
+        },
         transform="tests.integration.e2e_transforms:fail_while_flagged",
         replay_interval_s=20,
     )
@@ -176,7 +187,10 @@ def test_planted_secrets_reach_no_command_line_log_ledger_row_api_trigger_or_fil
         "ledger": views.ledger_description(),
     }
     lag_sensor = KafkaLagSensor(task_id="lag", pipeline=p, max_lag_records=1)
-    triggers = [FailedRangesTrigger(p.ledger_conn_id, p.name, None, 5.0).serialize(), lag_sensor.trigger(None).serialize()]
+    triggers = [
+        FailedRangesTrigger(p.ledger_conn_id, p.name, None, 5.0).serialize(),
+        lag_sensor.trigger(None).serialize(),
+    ]
 
     home = Path(os.environ["AIRFLOW_HOME"])
     pipelines_file = Path(os.environ["KBP_PIPELINES_FILE"]).resolve()

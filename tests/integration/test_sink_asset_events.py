@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_backpressure.assets import batch_event_extra, sink_asset, sink_asset_name, sink_uri
-from airflow_kafka_backpressure.models import OffsetRange, batch_path
+from airflow_kafka_backpressure.assets import sink_asset, sink_asset_name, sink_uri
+from airflow_kafka_backpressure.models import batch_path
 from airflow_kafka_backpressure.pipeline import PipelineConfig
 
 from . import airflow_harness as af
@@ -57,10 +57,27 @@ if spec:
 '''
 
 BATCHES = [
-    {"batch_id": 7, "records": 5, "replay": True, "ranges": [{"topic": "t", "partition": 0, "from_offset": 10, "until_offset": 15}]},
-    {"batch_id": 8, "records": 3, "replay": True, "ranges": [{"topic": "t", "partition": 1, "from_offset": 4, "until_offset": 7}]},
-    {"batch_id": 9, "records": 2, "replay": False, "ranges": [{"topic": "t", "partition": 0, "from_offset": 15, "until_offset": 17},
-                                                             {"topic": "t", "partition": 1, "from_offset": 7, "until_offset": 7}]},
+    {
+        "batch_id": 7,
+        "records": 5,
+        "replay": True,
+        "ranges": [{"topic": "t", "partition": 0, "from_offset": 10, "until_offset": 15}],
+    },
+    {
+        "batch_id": 8,
+        "records": 3,
+        "replay": True,
+        "ranges": [{"topic": "t", "partition": 1, "from_offset": 4, "until_offset": 7}],
+    },
+    {
+        "batch_id": 9,
+        "records": 2,
+        "replay": False,
+        "ranges": [
+            {"topic": "t", "partition": 0, "from_offset": 15, "until_offset": 17},
+            {"topic": "t", "partition": 1, "from_offset": 7, "until_offset": 7},
+        ],
+    },
 ]
 
 
@@ -133,7 +150,10 @@ def test_one_event_per_committed_batch_and_one_downstream_run_each_reading_its_b
             assert batch["batch_id"] == int(key)
             import pyarrow.dataset as ds
 
-            assert ds.dataset(batch["output_path"], format="parquet").count_rows() == BATCHES[int(key) - 7]["records"]
+            assert (
+                ds.dataset(batch["output_path"], format="parquet").count_rows()
+                == BATCHES[int(key) - 7]["records"]
+            )
 
 
 def _events_by_asset(dr):

@@ -25,12 +25,21 @@ def _rows(spark, ids):
 
 
 def ids(sink: Path) -> list[int]:
-    return sorted(pads.dataset(str(sink), format="parquet", partitioning="hive").to_table().column("id").to_pylist())
+    return sorted(
+        pads.dataset(str(sink), format="parquet", partitioning="hive").to_table().column("id").to_pylist()
+    )
 
 
 def write(spark, sink: Path, rows, attempt: int, token: str, df=None):
     return sink_mod.write_batch(
-        spark, df if df is not None else _rows(spark, rows), str(sink), 1, RANGES, DESCRIBE, token=token, attempt=attempt
+        spark,
+        df if df is not None else _rows(spark, rows),
+        str(sink),
+        1,
+        RANGES,
+        DESCRIBE,
+        token=token,
+        attempt=attempt,
     )
 
 
@@ -82,7 +91,9 @@ class RenameWatch:
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.fd = self.libc.inotify_init1(self.IN_NONBLOCK)
         assert self.fd >= 0, ctypes.get_errno()
-        wd = self.libc.inotify_add_watch(self.fd, os.fsencode(str(path)), self.IN_MOVED_FROM | self.IN_MOVED_TO)
+        wd = self.libc.inotify_add_watch(
+            self.fd, os.fsencode(str(path)), self.IN_MOVED_FROM | self.IN_MOVED_TO
+        )
         assert wd >= 0, ctypes.get_errno()
 
     def events(self) -> list[tuple[str, str]]:
@@ -143,7 +154,9 @@ def test_a_replaced_batch_is_swapped_in_one_step_never_missing_or_doubled(spark,
     assert moved_to.count("batch_id=1") == 4  # each replacement moved a new version in ...
     assert not [n for n in moved_to if n.startswith("_kbp_replaced_")], events  # ... never the old one aside
     # ... and the old version went where the new one came from (the exchange), to be deleted there
-    assert sorted(n for n in moved_to if n.startswith("_kbp_staging_1_")) == [f"_kbp_staging_1_{a:032d}" for a in range(2, 6)]
+    assert sorted(n for n in moved_to if n.startswith("_kbp_staging_1_")) == [
+        f"_kbp_staging_1_{a:032d}" for a in range(2, 6)
+    ]
     assert seen["polls"] > 100
     assert seen["missing"] == 0 and seen["visible_copies"] == {1}
     assert ids(sink) == [0, 1, 2, 3] and sink_mod.leftovers(str(sink), 1) == []
@@ -158,7 +171,7 @@ def test_racing_attempts_never_lower_the_fence(tmp_path):
         start = threading.Barrier(8)
         problems: dict[int, str | None] = {}
 
-        def raise_(attempt: int) -> None:
+        def raise_(attempt: int, start=start, problems=problems, batch_id=batch_id) -> None:
             start.wait()
             problems[attempt] = raise_fence(root, batch_id, attempt, f"{attempt:032d}")
 

@@ -171,7 +171,9 @@ def test_three_batches_and_a_rerun_hold_every_record_exactly_once(
     assert bootstrap not in sealed  # the Kafka properties are sealed in the file
     zip_path = package_zip(tmp_path / "dist")
     started = time.monotonic()
-    proc = spark_submit(job_script_path(), "--spec", spec_uri, py_files=[zip_path], env={handoff.SPEC_KEY_ENV: key})
+    proc = spark_submit(
+        job_script_path(), "--spec", spec_uri, py_files=[zip_path], env={handoff.SPEC_KEY_ENV: key}
+    )
     submit_s = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith(METRICS_PREFIX)]
@@ -192,7 +194,9 @@ def test_three_batches_and_a_rerun_hold_every_record_exactly_once(
     per_batch = Counter(table.column("batch_id").to_pylist())
     assert per_batch == {b: sum(c for _, c in expected_counts(specs[b]).items()) for b in (0, 1, 2)}
     # id i went to partition i % 4 as the (i // 4)-th record there.
-    for pid, p, off in zip(ids_of(table), table.column("partition").to_pylist(), table.column("offset").to_pylist()):
+    for pid, p, off in zip(
+        ids_of(table), table.column("partition").to_pylist(), table.column("offset").to_pylist()
+    ):
         assert (p, off) == (pid % PARTITIONS, pid // PARTITIONS)
 
     # Spark reads the sink root the same way.
@@ -202,11 +206,17 @@ def test_three_batches_and_a_rerun_hold_every_record_exactly_once(
     manifest = sink_mod.read_manifest(str(sink), 1)
     assert manifest["records"] == sum(expected_counts(rerun).values())
     assert manifest["ranges"] == [r.to_dict() for r in rerun.plan.ranges]
-    assert {(p["topic"], p["partition"]): p["records"] for p in manifest["partitions"]} == expected_counts(rerun)
+    assert {(p["topic"], p["partition"]): p["records"] for p in manifest["partitions"]} == expected_counts(
+        rerun
+    )
     assert manifest["files"] and all(f["bytes"] > 0 for f in manifest["files"])
     assert manifest["executors"] == 1 and manifest["unread"] == [] and manifest["token"] == rerun.token
     assert sink_mod.leftovers(str(sink), 1) == []
-    assert sorted(p.name for p in sink.iterdir() if p.name != "_kbp") == ["batch_id=0", "batch_id=1", "batch_id=2"]
+    assert sorted(p.name for p in sink.iterdir() if p.name != "_kbp") == [
+        "batch_id=0",
+        "batch_id=1",
+        "batch_id=2",
+    ]
     assert list((sink / "_kbp" / "jobs").iterdir()) == []
 
 
@@ -226,22 +236,46 @@ def test_the_arrow_writer_writes_what_the_spark_writer_writes(spark, kafka_broke
     encoded = _dictionary_encoded(sink / "batch_id=1")
     assert not (encoded["key"] or encoded["value"] or encoded["offset"]) and encoded["topic"], encoded
 
-    empty = make_spec(tmp_path, bootstrap, 2, {(t, p): (10, 10) for p in range(PARTITIONS)}, sink=sink, options={"writer": "arrow"})
+    empty = make_spec(
+        tmp_path,
+        bootstrap,
+        2,
+        {(t, p): (10, 10) for p in range(PARTITIONS)},
+        sink=sink,
+        options={"writer": "arrow"},
+    )
     assert run_batch(spark, empty).records == 0
     assert spark.read.parquet(str(sink / "batch_id=2")).schema == by_spark.schema
 
     with pytest.raises(JobError, match="writer 'arrow' .* takes no transform"):
-        run_batch(spark, make_spec(tmp_path, bootstrap, 3, ranges, sink=sink, transform="tests.integration.spark_transforms:even_ids", options={"writer": "arrow"}))
+        run_batch(
+            spark,
+            make_spec(
+                tmp_path,
+                bootstrap,
+                3,
+                ranges,
+                sink=sink,
+                transform="tests.integration.spark_transforms:even_ids",
+                options={"writer": "arrow"},
+            ),
+        )
 
 
 @pytest.mark.parametrize("writer", ["spark", "auto"])
-def test_all_empty_batch_commits_an_empty_directory_readers_accept(spark, kafka_broker, topic4, sink, tmp_path, writer):
+def test_all_empty_batch_commits_an_empty_directory_readers_accept(
+    spark, kafka_broker, topic4, sink, tmp_path, writer
+):
     bootstrap, t = kafka_broker.bootstrap, topic4
     produce(bootstrap, t, count=8, partitions=PARTITIONS)
     opts = {"writer": writer}
-    full = make_spec(tmp_path, bootstrap, 0, {(t, p): (0, 2) for p in range(PARTITIONS)}, sink=sink, options=opts)
+    full = make_spec(
+        tmp_path, bootstrap, 0, {(t, p): (0, 2) for p in range(PARTITIONS)}, sink=sink, options=opts
+    )
     run_batch(spark, full)
-    empty = make_spec(tmp_path, bootstrap, 1, {(t, p): (2, 2) for p in range(PARTITIONS)}, sink=sink, options=opts)
+    empty = make_spec(
+        tmp_path, bootstrap, 1, {(t, p): (2, 2) for p in range(PARTITIONS)}, sink=sink, options=opts
+    )
     m = run_batch(spark, empty)
     # nothing to read: no Spark job runs with either writer, the driver writes the schema-only file
     assert_metrics_match(m, empty, executors=0)
@@ -254,7 +288,10 @@ def test_all_empty_batch_commits_an_empty_directory_readers_accept(spark, kafka_
     assert set(table.column("batch_id").to_pylist()) == {0}
     assert spark.read.parquet(str(sink)).count() == 8
     # The empty batch has the same columns as a full one.
-    assert spark.read.parquet(str(sink / "batch_id=1")).schema == spark.read.parquet(str(sink / "batch_id=0")).schema
+    assert (
+        spark.read.parquet(str(sink / "batch_id=1")).schema
+        == spark.read.parquet(str(sink / "batch_id=0")).schema
+    )
 
     no_ranges = make_spec(tmp_path, bootstrap, 2, {}, sink=sink, options=opts)
     assert run_batch(spark, no_ranges).records == 0
@@ -336,7 +373,9 @@ def test_transform_is_applied_and_metrics_count_what_was_read(spark, kafka_broke
     bootstrap, t = kafka_broker.bootstrap, topic4
     produce(bootstrap, t, count=40, partitions=PARTITIONS)
     ranges = {(t, p): (0, 10) for p in range(PARTITIONS)}
-    spec = make_spec(tmp_path, bootstrap, 0, ranges, sink=sink, transform="tests.integration.spark_transforms:even_ids")
+    spec = make_spec(
+        tmp_path, bootstrap, 0, ranges, sink=sink, transform="tests.integration.spark_transforms:even_ids"
+    )
     m = run_batch(spark, spec)
     assert_metrics_match(m, spec)  # all 40 read, though only 20 are written
     table = sink_table(sink)
@@ -373,7 +412,9 @@ def test_transform_ignoring_its_input_still_gets_counts(spark, kafka_broker, top
 )
 def test_bad_transform_is_a_clear_error(spark, kafka_broker, topic4, sink, tmp_path, transform, message):
     produce(kafka_broker.bootstrap, topic4, count=4, partitions=PARTITIONS)
-    spec = make_spec(tmp_path, kafka_broker.bootstrap, 0, {(topic4, 0): (0, 1)}, sink=sink, transform=transform)
+    spec = make_spec(
+        tmp_path, kafka_broker.bootstrap, 0, {(topic4, 0): (0, 1)}, sink=sink, transform=transform
+    )
     with pytest.raises(JobError, match=message):
         run_batch(spark, spec)
     assert not Path(batch_path(str(sink), 0)).exists()
@@ -436,8 +477,12 @@ def test_stalled_read_fails_the_job_with_the_range_named(
     from airflow_kafka_backpressure.spark import job
 
     produce(kafka_broker.bootstrap, topic4, count=4, partitions=PARTITIONS)  # 1 per partition
-    spec = make_spec(tmp_path, kafka_broker.bootstrap, 0, {(topic4, 0): (0, 3)}, sink=sink, options={"writer": writer})
-    spec = JobSpec.from_dict({**spec.to_dict(), "stall_timeout_s": 1, "poll_timeout_ms": 200, "reader": reader})
+    spec = make_spec(
+        tmp_path, kafka_broker.bootstrap, 0, {(topic4, 0): (0, 3)}, sink=sink, options={"writer": writer}
+    )
+    spec = JobSpec.from_dict(
+        {**spec.to_dict(), "stall_timeout_s": 1, "poll_timeout_ms": 200, "reader": reader}
+    )
     monkeypatch.setattr(job, "check_bounds", lambda s: {})
     with pytest.raises(JobError) as err:
         run_batch(spark, spec)
@@ -445,7 +490,10 @@ def test_stalled_read_fails_the_job_with_the_range_named(
         assert f"reading {topic4}-0[0, 3) stalled" in str(err.value)
     else:  # Spark's reader: Kafka answers the fetch at offset 1, past the end, with OffsetOutOfRange
         assert f"failed while reading {topic4}-0[0, 3) (reader=native)" in str(err.value)
-        assert f"OffsetOutOfRangeException: Offsets out of range with no configured reset policy for partitions: {{{topic4}-0=1}}" in str(err.value)
+        assert (
+            f"OffsetOutOfRangeException: Offsets out of range with no configured reset policy for partitions: {{{topic4}-0=1}}"
+            in str(err.value)
+        )
     assert not Path(batch_path(str(sink), 0)).exists()
     assert sink_mod.leftovers(str(sink), 0) == []  # the failed write removed its staging dir
 
@@ -498,11 +546,19 @@ def test_sink_writes_kafka_key_value_and_offset_without_dictionary_encoding(spar
     )
     sink_mod.write_batch(spark, df, str(sink), 1, describe={"pipeline": "p"})
     assert _dictionary_encoded(sink / "batch_id=1") == {
-        "key": False, "value": False, "topic": True, "offset": False, "other": True,
+        "key": False,
+        "value": False,
+        "topic": True,
+        "offset": False,
+        "other": True,
     }
     sink_mod.write_batch(spark, df, str(sink), 2, describe={"pipeline": "p"}, plain_columns="other, value")
     assert _dictionary_encoded(sink / "batch_id=2") == {
-        "key": True, "value": False, "topic": True, "offset": True, "other": False,
+        "key": True,
+        "value": False,
+        "topic": True,
+        "offset": True,
+        "other": False,
     }
     sink_mod.write_batch(spark, df, str(sink), 3, describe={"pipeline": "p"}, plain_columns=())
     assert all(_dictionary_encoded(sink / "batch_id=3").values())
@@ -535,6 +591,8 @@ def test_sink_refuses_to_overwrite_another_pipelines_batch(spark, sink):
         ((OffsetRange("t", 0, 4, 9),), "orders", "the ledger was reset"),
     ):
         with pytest.raises(Exception, match=cause):
-            sink_mod.write_batch(spark, _rows(spark, range(100, 105)), root, 1, ranges, {"pipeline": pipeline})
+            sink_mod.write_batch(
+                spark, _rows(spark, range(100, 105)), root, 1, ranges, {"pipeline": pipeline}
+            )
     assert sorted(sink_table(sink).column("id").to_pylist()) == [0, 1, 2, 3]
     assert sink_mod.leftovers(root, 1) == []  # the refused attempt cleaned its staging directory

@@ -33,8 +33,14 @@ def airflow_db():
 @pytest.fixture
 def make_pipeline(kafka_broker, spark_standalone, topic_name, tmp_path, monkeypatch, airflow_db):
     return af.pipeline_maker(
-        monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, spark_master=spark_standalone.master_url,
-        executor_cores=EXECUTOR_CORES, executor_memory="512m", driver_memory="512m",
+        monkeypatch,
+        kafka_broker.bootstrap,
+        topic_name,
+        tmp_path,
+        spark_master=spark_standalone.master_url,
+        executor_cores=EXECUTOR_CORES,
+        executor_memory="512m",
+        driver_memory="512m",
     )
 
 
@@ -48,7 +54,9 @@ def cluster_executors(cluster, p: PipelineConfig, batch_id: int) -> tuple[int, i
     return by_cores, len(ran)
 
 
-def test_the_executor_target_reaches_the_job_on_a_standalone_cluster(make_pipeline, kafka_broker, spark_standalone):
+def test_the_executor_target_reaches_the_job_on_a_standalone_cluster(
+    make_pipeline, kafka_broker, spark_standalone
+):
     p, ledger = make_pipeline()
     af.set_variable(p.executors_variable, json.dumps({"executors": 3}))
     produce(kafka_broker.bootstrap, p.topics[0], count=200, partitions=4)
@@ -62,7 +70,9 @@ def test_the_executor_target_reaches_the_job_on_a_standalone_cluster(make_pipeli
     assert sink_ids(p.sink) == Counter(range(200))
 
 
-def test_the_scale_task_scales_up_then_down_and_the_next_job_gets_the_count(make_pipeline, kafka_broker, spark_standalone):
+def test_the_scale_task_scales_up_then_down_and_the_next_job_gets_the_count(
+    make_pipeline, kafka_broker, spark_standalone
+):
     # spark-submit alone takes longer than a 5 s interval: processing / interval >= 0.9
     p, ledger = make_pipeline(batch_interval_s=5)
     settings = {"mode": "spark", "cooldown_batches": 0, "max_executors": 4, "initial_executors": 1}

@@ -8,6 +8,7 @@ they run, and two records' updates are both kept."""
 from __future__ import annotations
 
 import json
+
 import pytest
 
 from airflow_kafka_backpressure.ledger import Ledger
@@ -48,19 +49,33 @@ def state_dag(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
     for conn_id, conn in connections.items():
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
     ensure_topic(kafka_broker.bootstrap, topic_name, 1)
-    pipeline = {"name": "locktest", "topics": [topic_name], "sink": str(tmp_path / "sink"),
-                "kafka_conn_id": "kbp_lock_kafka", "ledger_conn_id": "kbp_lock_ledger"}
+    pipeline = {
+        "name": "locktest",
+        "topics": [topic_name],
+        "sink": str(tmp_path / "sink"),
+        "kafka_conn_id": "kbp_lock_kafka",
+        "ledger_conn_id": "kbp_lock_ledger",
+    }
     ledger = Ledger(url)
     ledger.create_all()
 
     def run(n: int, batch_id: int):
-        metrics = {"batch_id": batch_id, "records": 10 * batch_id, "bytes": 100, "launched_at_ms": 1_000,
-                   "read_started_at_ms": 2_000, "committed_at_ms": 4_000 + batch_id, "executors": 1}
+        metrics = {
+            "batch_id": batch_id,
+            "records": 10 * batch_id,
+            "bytes": 100,
+            "launched_at_ms": 1_000,
+            "read_started_at_ms": 2_000,
+            "committed_at_ms": 4_000 + batch_id,
+            "executors": 1,
+        }
         monkeypatch.setenv(SPEC_ENV, json.dumps({"pipeline": pipeline, "metrics": metrics}))
         return af.run_dag(DAG_ID, n)
 
     def finished_batch(i: int) -> int:
-        b = ledger.record_plan("locktest", f"run{i}", [OffsetRange(topic_name, 0, i, i + 1)], pipeline["sink"], 1000, 0).batch_id
+        b = ledger.record_plan(
+            "locktest", f"run{i}", [OffsetRange(topic_name, 0, i, i + 1)], pipeline["sink"], 1000, 0
+        ).batch_id
         ledger.mark_running(b)
         ledger.mark_succeeded(b, 1, 1)
         return b

@@ -30,14 +30,47 @@ REPO = Path(__file__).resolve().parents[2]
 EVIL = "</script><script>alert('kbp')</script><img src=x onerror=alert(1)> & \"quoted\"\nline two"
 SETTINGS = {"scaling_up_ratio": 0.8, "scaling_down_ratio": 0.25, "proportional": 1.0}
 CONTROLLER = {
-    "rate_limit": 321, "last_batch": 2, "estimator": {"latest_rate": 321.5}, "mode": "cost",
-    "cost": {"correction": {"error": 0.05, "integral": 0.1, "previous_error": None,
-                            "terms": {"error": 0.05, "proportional": 0.05, "integral": 0.02, "derivative": 0.0, "output": 0.07}}},
-    "waiting": {"available": 20, "min_records": 100, "last_planned_at_ms": 1, "batch_by_ms": 2, "checked_at_ms": 1},
-    "last_plan": {"mode": "cost", "rate": 2306.0, "regime": "drain", "reason": "drain: backlog", "budget_records": 23060,
-                  "correction": 0.01, "batch_id": 2, "planned_at_ms": 1},
+    "rate_limit": 321,
+    "last_batch": 2,
+    "estimator": {"latest_rate": 321.5},
+    "mode": "cost",
+    "cost": {
+        "correction": {
+            "error": 0.05,
+            "integral": 0.1,
+            "previous_error": None,
+            "terms": {
+                "error": 0.05,
+                "proportional": 0.05,
+                "integral": 0.02,
+                "derivative": 0.0,
+                "output": 0.07,
+            },
+        }
+    },
+    "waiting": {
+        "available": 20,
+        "min_records": 100,
+        "last_planned_at_ms": 1,
+        "batch_by_ms": 2,
+        "checked_at_ms": 1,
+    },
+    "last_plan": {
+        "mode": "cost",
+        "rate": 2306.0,
+        "regime": "drain",
+        "reason": "drain: backlog",
+        "budget_records": 23060,
+        "correction": 0.01,
+        "batch_id": 2,
+        "planned_at_ms": 1,
+    },
 }
-TARGET = {"executors": 3, "changed_after_batch": 2, "last_decision": {"action": "up", "reason": "ratio 0.95 >= 0.8"}}
+TARGET = {
+    "executors": 3,
+    "changed_after_batch": 2,
+    "last_decision": {"action": "up", "reason": "ratio 0.95 >= 0.8"},
+}
 
 
 def _fill_ledger(url: str) -> dict[str, int]:
@@ -47,8 +80,14 @@ def _fill_ledger(url: str) -> dict[str, int]:
 
     def plan(pipeline: str, run_id: str, start: int, end: int, rate: float, lag: int) -> int:
         return led.record_plan(
-            pipeline, run_id, [OffsetRange(TOPIC if pipeline == P else "clicks", 0, start, end)], f"/sink/{pipeline}",
-            batch_interval_ms=INTERVAL_MS, planned_at_ms=1_000, rate=rate, lag=lag,
+            pipeline,
+            run_id,
+            [OffsetRange(TOPIC if pipeline == P else "clicks", 0, start, end)],
+            f"/sink/{pipeline}",
+            batch_interval_ms=INTERVAL_MS,
+            planned_at_ms=1_000,
+            rate=rate,
+            lag=lag,
         ).batch_id
 
     ids = {}
@@ -74,12 +113,18 @@ def airflow_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     tmp = tmp_path_factory.mktemp("ui-plugin")
     ledger_url = f"sqlite:///{tmp / 'ledger.db'}"
     mp = pytest.MonkeyPatch()
-    mp.setenv("AIRFLOW__CORE__AUTH_MANAGER", "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager")
+    mp.setenv(
+        "AIRFLOW__CORE__AUTH_MANAGER",
+        "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+    )
     mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,viewer:viewer")
     mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
     mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(tmp / "passwords.json"))
     mp.setenv("AIRFLOW__CORE__PLUGINS_FOLDER", str(tmp / "plugins"))
-    mp.setenv("AIRFLOW_CONN_KBP_UI_LEDGER", json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": ledger_url}}))
+    mp.setenv(
+        "AIRFLOW_CONN_KBP_UI_LEDGER",
+        json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": ledger_url}}),
+    )
     mp.setenv("KBP_LEDGER_CONN_ID", "kbp_ui_ledger")
     # Discover entry points as `airflow api-server` does: its sys.path holds the venv, not the checkout.
     # pytest puts the repository root on sys.path, where `pip install -e .` leaves a build-time
@@ -92,19 +137,26 @@ def airflow_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
 
     _get_grouped_entry_points.cache_clear()
     try:
-        from fastapi.testclient import TestClient
-
         from airflow import plugins_manager
         from airflow.api_fastapi.app import create_app, purge_cached_app
         from airflow.models import Variable
         from airflow.utils import db
+        from fastapi.testclient import TestClient
 
         db.initdb()  # creates the metadata DB if missing, never wipes it
-        for suffix, value in (("settings", SETTINGS), ("controller_state", CONTROLLER), ("executor_target", TARGET)):
+        for suffix, value in (
+            ("settings", SETTINGS),
+            ("controller_state", CONTROLLER),
+            ("executor_target", TARGET),
+        ):
             Variable.set(f"kbp.{P}.{suffix}", json.dumps(value))
         ids = _fill_ledger(ledger_url)
 
-        for cached in (plugins_manager._get_plugins, plugins_manager.get_fastapi_plugins, plugins_manager._get_ui_plugins):
+        for cached in (
+            plugins_manager._get_plugins,
+            plugins_manager.get_fastapi_plugins,
+            plugins_manager._get_ui_plugins,
+        ):
             cached.cache_clear()
         purge_cached_app()
         app = create_app(apps="core")
@@ -135,7 +187,9 @@ def _get(ctx: dict[str, Any], path: str, user: str | None = "admin", **kw: Any):
 
 def _boot(page: str) -> dict[str, Any]:
     """The data the page embeds for its script."""
-    return json.loads(re.search(r'<script type="application/json" id="kbp-boot">(.*?)</script>', page, re.S).group(1))
+    return json.loads(
+        re.search(r'<script type="application/json" id="kbp-boot">(.*?)</script>', page, re.S).group(1)
+    )
 
 
 def test_plugin_is_discovered_once_through_its_entry_point(airflow_app: dict[str, Any]) -> None:
@@ -216,18 +270,31 @@ def test_pipelines_and_batches_json_hold_the_ledger_numbers(airflow_app: dict[st
     assert ok1["rate"] == 250.0 and ok1["executors"] == 2 and ok1["scheduling_delay_ms"] == 120
     assert ok1["batch_interval_ms"] == INTERVAL_MS and ok1["lag"] == 500 and ok1["planned_records"] == 1000
     assert ok1["processing_ratio"] == pytest.approx(0.4) and ok1["records_per_s"] == pytest.approx(250.0)
-    assert ok2["processing_ratio"] == pytest.approx(0.95) and ok2["records_per_s"] == pytest.approx(2000 / 9.5)
-    assert ok2["rate"] == 400.0 and ok2["executors"] == 3 and ok2["scheduling_delay_ms"] == 900 and ok2["lag"] == 50
+    assert ok2["processing_ratio"] == pytest.approx(0.95) and ok2["records_per_s"] == pytest.approx(
+        2000 / 9.5
+    )
+    assert (
+        ok2["rate"] == 400.0
+        and ok2["executors"] == 3
+        and ok2["scheduling_delay_ms"] == 900
+        and ok2["lag"] == 50
+    )
     assert failed["status"] == "failed" and failed["error"] == EVIL and failed["records"] is None
     assert failed["processing_ratio"] is None and failed["lag"] == 7000
     assert planned["status"] == "planned" and planned["attempts"] == 0
-    assert planned["plan"]["ranges"] == [{"topic": TOPIC, "partition": 0, "from_offset": 3500, "until_offset": 4000}]
+    assert planned["plan"]["ranges"] == [
+        {"topic": TOPIC, "partition": 0, "from_offset": 3500, "until_offset": 4000}
+    ]
 
     newest = _get(airflow_app, PREFIX + f"/pipelines/{P}/batches", params={"limit": 2}).json()["batches"]
     assert [b["batch_id"] for b in newest] == [ids["planned"], ids["failed"]]
-    only_ok = _get(airflow_app, PREFIX + f"/pipelines/{P}/batches", params={"status": "succeeded"}).json()["batches"]
+    only_ok = _get(airflow_app, PREFIX + f"/pipelines/{P}/batches", params={"status": "succeeded"}).json()[
+        "batches"
+    ]
     assert [b["batch_id"] for b in only_ok] == [ids["ok2"], ids["ok1"]]
-    assert _get(airflow_app, PREFIX + f"/pipelines/{P}/batches", params={"status": "bogus"}).status_code == 400
+    assert (
+        _get(airflow_app, PREFIX + f"/pipelines/{P}/batches", params={"status": "bogus"}).status_code == 400
+    )
     assert _get(airflow_app, PREFIX + f"/pipelines/{P}/batches", params={"limit": 0}).status_code == 422
     assert _get(airflow_app, PREFIX + "/pipelines/no-such-pipeline/batches").status_code == 404
 
@@ -240,7 +307,10 @@ def test_replayable_batches(airflow_app: dict[str, Any]) -> None:
     assert failed["batch_id"] == ids["failed"] and failed["reason"] == "failed" and failed["error"] == EVIL
     time.sleep(0.01)
     stale = _get(airflow_app, PREFIX + f"/pipelines/{P}/replayable", params={"stale_after_s": 0.001}).json()
-    assert [(b["batch_id"], b["reason"]) for b in stale["batches"]] == [(ids["failed"], "failed"), (ids["planned"], "stale")]
+    assert [(b["batch_id"], b["reason"]) for b in stale["batches"]] == [
+        (ids["failed"], "failed"),
+        (ids["planned"], "stale"),
+    ]
 
 
 def test_state_shows_variables_only_to_users_who_may_read_them(airflow_app: dict[str, Any]) -> None:
@@ -248,15 +318,23 @@ def test_state_shows_variables_only_to_users_who_may_read_them(airflow_app: dict
     assert admin.status_code == 200, admin.text
     body = admin.json()
     assert body["variables"]["settings"] == {
-        "key": f"kbp.{P}.settings", "readable": True, "exists": True, "value": SETTINGS, "error": None,
+        "key": f"kbp.{P}.settings",
+        "readable": True,
+        "exists": True,
+        "value": SETTINGS,
+        "error": None,
     }
     assert body["variables"]["controller_state"]["value"] == CONTROLLER
     assert body["variables"]["executor_target"]["value"] == TARGET
     assert body["thresholds"] == {"scaling_up_ratio": 0.8, "scaling_down_ratio": 0.25, "source": "settings"}
     assert body["current"] == {
-        "rate_limit": 321, "executors": 3, "last_decision": TARGET["last_decision"],
+        "rate_limit": 321,
+        "executors": 3,
+        "last_decision": TARGET["last_decision"],
         # issue 23: the mode that plans, the cost mode's correction terms, a run waiting for data
-        "mode": "cost", "correction": CONTROLLER["cost"]["correction"]["terms"], "waiting": CONTROLLER["waiting"],
+        "mode": "cost",
+        "correction": CONTROLLER["cost"]["correction"]["terms"],
+        "waiting": CONTROLLER["waiting"],
         "last_plan": CONTROLLER["last_plan"],  # the figure that planned and its regime (issue 23 item 4)
     }
 
@@ -268,7 +346,12 @@ def test_state_shows_variables_only_to_users_who_may_read_them(airflow_app: dict
     assert all(not v["readable"] and v["value"] is None for v in vbody["variables"].values())
     assert vbody["thresholds"]["source"] == "default"
     assert vbody["current"] == {
-        "rate_limit": None, "executors": None, "last_decision": None, "mode": None, "correction": None, "waiting": None,
+        "rate_limit": None,
+        "executors": None,
+        "last_decision": None,
+        "mode": None,
+        "correction": None,
+        "waiting": None,
         "last_plan": None,
     }
 
@@ -292,13 +375,22 @@ def test_page_renders_with_the_ui_cookie_and_escapes_ledger_text(airflow_app: di
     for table in ("kbp-batches", "kbp-replayable", "kbp-vars", "kbp-lag"):
         assert f'id="{table}"' in page
     # the cards of the mode that plans (issue 23): the cost mode's budget and correction, waiting runs
-    for card in ("Batch budget (cost mode)", "Correction (PID)", "Rate limit now (spark mode)", "Waiting for data"):
+    for card in (
+        "Batch budget (cost mode)",
+        "Correction (PID)",
+        "Rate limit now (spark mode)",
+        "Waiting for data",
+    ):
         assert card in page
     # No external resource: everything inline.
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
     csp = resp.headers["content-security-policy"]
     nonce = re.search(r"script-src 'nonce-([^']+)'", csp).group(1)
-    assert f'<script nonce="{nonce}">' in page and "default-src 'none'" in csp and "frame-ancestors 'self'" in csp
+    assert (
+        f'<script nonce="{nonce}">' in page
+        and "default-src 'none'" in csp
+        and "frame-ancestors 'self'" in csp
+    )
 
     # The malicious error text never appears as markup ...
     assert "<script>alert" not in page and "<img src=x" not in page and "</script><script>" not in page
@@ -353,21 +445,39 @@ def test_pipeline_data_needs_read_access_to_its_ingest_dag_runs(
 
 def _pipelines_file(tmp_path: Path, name: str, topic: str, conn_id: str) -> Path:
     path = tmp_path / "pipelines.json"
-    path.write_text(json.dumps({"pipelines": [
-        {"name": name, "topics": [topic], "sink": str(tmp_path / "sink"), "kafka_conn_id": conn_id}
-    ]}))
+    path.write_text(
+        json.dumps(
+            {
+                "pipelines": [
+                    {
+                        "name": name,
+                        "topics": [topic],
+                        "sink": str(tmp_path / "sink"),
+                        "kafka_conn_id": conn_id,
+                    }
+                ]
+            }
+        )
+    )
     return path
 
 
 def test_lag_endpoint_shows_each_partitions_lag_and_retention_risk_from_the_broker(
-    airflow_app: dict[str, Any], kafka_broker, topic_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    airflow_app: dict[str, Any],
+    kafka_broker,
+    topic_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from airflow_kafka_backpressure.hooks.kafka_offsets import KafkaOffsetsHook
     from airflow_kafka_backpressure.local.producer import ensure_topic, produce
     from airflow_kafka_backpressure.models import TopicPartition
 
     name = "ui-lag"
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_UI_KAFKA", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KBP_UI_KAFKA",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}),
+    )
     monkeypatch.setenv("KBP_PIPELINES_FILE", str(_pipelines_file(tmp_path, name, topic_name, "kbp_ui_kafka")))
     ensure_topic(kafka_broker.bootstrap, topic_name, 2)
     before_ms = int(time.time() * 1000)
@@ -377,20 +487,38 @@ def test_lag_endpoint_shows_each_partitions_lag_and_retention_risk_from_the_brok
     with KafkaOffsetsHook("kbp_ui_kafka").get_conn() as kafka:
         kafka.commit_offsets(f"kbp-{name}", {tp0: 4, tp1: 10})  # partition 1 fully written
     led = Ledger(airflow_app["ledger_url"])
-    led.record_plan(name, "run-1", [OffsetRange(topic_name, 0, 0, 6), OffsetRange(topic_name, 1, 0, 10)], "/sink/x", 1000, 0)
+    led.record_plan(
+        name,
+        "run-1",
+        [OffsetRange(topic_name, 0, 0, 6), OffsetRange(topic_name, 1, 0, 10)],
+        "/sink/x",
+        1000,
+        0,
+    )
 
     resp = _get(airflow_app, PREFIX + f"/pipelines/{name}/lag", params={"retention_margin_records": 4})
     assert resp.status_code == 200, resp.text
     body = resp.json()
-    assert body["group"] == f"kbp-{name}" and body["kafka_conn_id"] == "kbp_ui_kafka" and body["total_lag"] == 6
+    assert (
+        body["group"] == f"kbp-{name}" and body["kafka_conn_id"] == "kbp_ui_kafka" and body["total_lag"] == 6
+    )
     p0, p1 = body["partitions"]
-    assert (p0["earliest"], p0["position"], p0["head"], p0["latest"], p0["lag"], p0["in_flight"]) == (0, 4, 6, 10, 6, 2)
+    assert (p0["earliest"], p0["position"], p0["head"], p0["latest"], p0["lag"], p0["in_flight"]) == (
+        0,
+        4,
+        6,
+        10,
+        6,
+        2,
+    )
     assert p0["position_source"] == "committed" and p0["retention_margin"] == 4 and p0["at_risk"] is True
     assert before_ms <= p0["oldest_unwritten_ts_ms"] <= after_ms and p0["seconds_behind"] >= 0
     assert (p1["position"], p1["lag"], p1["seconds_behind"], p1["at_risk"]) == (10, 0, 0.0, False)
     assert body["at_risk"] == [f"{topic_name}-0"]
     # With a smaller margin the same offsets are not at risk.
-    relaxed = _get(airflow_app, PREFIX + f"/pipelines/{name}/lag", params={"retention_margin_records": 3}).json()
+    relaxed = _get(
+        airflow_app, PREFIX + f"/pipelines/{name}/lag", params={"retention_margin_records": 3}
+    ).json()
     assert relaxed["at_risk"] == [] and relaxed["partitions"][0]["at_risk"] is False
     assert _get(airflow_app, PREFIX + f"/pipelines/{name}/lag", user=None).status_code == 401
 
@@ -401,7 +529,10 @@ def test_lag_endpoint_says_which_connection_does_not_answer(
     from airflow_kafka_backpressure.local.broker import free_port
 
     dead = f"127.0.0.1:{free_port()}"
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_UI_DEAD", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": dead, "sasl.password": "s3cret"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KBP_UI_DEAD",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": dead, "sasl.password": "s3cret"}}),
+    )
     monkeypatch.setenv("KBP_PIPELINES_FILE", str(_pipelines_file(tmp_path, P, TOPIC, "kbp_ui_dead")))
     resp = _get(airflow_app, PREFIX + f"/pipelines/{P}/lag")
     assert resp.status_code == 503
@@ -419,7 +550,9 @@ def test_losses_endpoint_lists_recorded_losses_with_counts(airflow_app: dict[str
     led = Ledger(airflow_app["ledger_url"])
     try:
         r = led.batch(ids["failed"]).ranges[0]
-        led.record_losses(ids["failed"], [DataLoss(r.topic, r.partition, r.from_offset, r.from_offset + 5)], "retention")
+        led.record_losses(
+            ids["failed"], [DataLoss(r.topic, r.partition, r.from_offset, r.from_offset + 5)], "retention"
+        )
     finally:
         led.dispose()
     resp = _get(airflow_app, PREFIX + f"/pipelines/{P}/losses")
@@ -446,7 +579,9 @@ def test_a_viewer_never_creates_or_migrates_the_ledger(
 
     db = tmp_path / "fresh" / "ledger.db"
     url = f"sqlite:///{db}"
-    monkeypatch.setenv("AIRFLOW_CONN_KBP_UI_FRESH", json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": url}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KBP_UI_FRESH", json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": url}})
+    )
     monkeypatch.setenv("KBP_LEDGER_CONN_ID", "kbp_ui_fresh")
 
     resp = _get(airflow_app, PREFIX + "/pipelines")
@@ -522,15 +657,24 @@ def test_lag_requests_of_a_frozen_broker_do_not_pile_up(
         )
         monkeypatch.setenv("KBP_PIPELINES_FILE", str(_pipelines_file(tmp_path, P, TOPIC, "kbp_ui_frozen")))
         first: dict[str, Any] = {}
-        waiting = threading.Thread(target=lambda: first.update(resp=_get(airflow_app, PREFIX + f"/pipelines/{P}/lag")))
+        waiting = threading.Thread(
+            target=lambda: first.update(resp=_get(airflow_app, PREFIX + f"/pipelines/{P}/lag"))
+        )
         waiting.start()
         assert frozen.accepted.wait(60), "the first lag request never reached the broker"
         second = _get(airflow_app, PREFIX + f"/pipelines/{P}/lag")
-        assert waiting.is_alive(), "the first request ended before the second was answered: nothing was in flight"
-        assert second.status_code == 503 and "is being read from Kafka by another request" in second.json()["detail"], second.text
+        assert waiting.is_alive(), (
+            "the first request ended before the second was answered: nothing was in flight"
+        )
+        assert (
+            second.status_code == 503
+            and "is being read from Kafka by another request" in second.json()["detail"]
+        ), second.text
         assert second.headers.get("retry-after")
         waiting.join(60)
         assert not waiting.is_alive()
-        assert first["resp"].status_code == 503 and "kbp_ui_frozen" in first["resp"].json()["detail"], first["resp"].text
+        assert first["resp"].status_code == 503 and "kbp_ui_frozen" in first["resp"].json()["detail"], first[
+            "resp"
+        ].text
     finally:
         frozen.close()

@@ -16,7 +16,9 @@ INTERNAL = re.compile(r"^\s*(from|import)\s+airflow\._\w+", re.M)
 
 def test_variable_redaction_hides_secrets_by_key_name_as_the_variables_api_does():
     assert redact_variable("hunter22", "kbp.demo.api_password") == "***"
-    nested = redact_variable({"gains": {"proportional": 1.0}, "sasl": {"password": "hunter22"}}, "kbp.demo.settings")
+    nested = redact_variable(
+        {"gains": {"proportional": 1.0}, "sasl": {"password": "hunter22"}}, "kbp.demo.settings"
+    )
     assert nested == {"gains": {"proportional": 1.0}, "sasl": {"password": "***"}}
     assert redact_variable({"rate_limit": 321}, "kbp.demo.controller_state") == {"rate_limit": 321}
 

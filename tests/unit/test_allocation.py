@@ -63,7 +63,9 @@ def test_max_messages_with_zero_offset_and_rate_equal_to_the_minimum():
 def test_using_rate_controller(rate, expected):
     # 1 partition, 5000 records, batch 500 ms, maxRatePerPartition 100: blocks of round(rate * 0.5)
     tp = TopicPartition("backpressure", 0)
-    alloc = plan_ranges({tp: 0}, {tp: 0}, {tp: 5000}, batch_interval_ms=500, limits=RateLimits(100), latest_rate=rate)
+    alloc = plan_ranges(
+        {tp: 0}, {tp: 0}, {tp: 5000}, batch_interval_ms=500, limits=RateLimits(100), latest_rate=rate
+    )
     assert alloc.ranges == (OffsetRange("backpressure", 0, 0, expected),)
 
 
@@ -94,7 +96,11 @@ def test_new_partitions_start_at_committed_else_policy():
     # another topic, new to the pipeline: the policy
     other = TopicPartition("another", 0)
     d = plan_ranges(
-        {P0: 30}, {**earliest, other: 5}, {**latest, other: 70}, batch_interval_ms=1000, starting_offsets="latest"
+        {P0: 30},
+        {**earliest, other: 5},
+        {**latest, other: 70},
+        batch_interval_ms=1000,
+        starting_offsets="latest",
     )
     assert [(r.tp, r.from_offset) for r in d.ranges] == [(other, 70), (P0, 30), (P1, 10)]
 
@@ -114,7 +120,9 @@ def test_data_loss_skip_moves_to_earliest_and_records_it():
 
 
 def test_position_beyond_log_end_is_a_clear_error():
-    with pytest.raises(PlanningError, match="beyond the end of the log.*maxMessagesPerPartition-0 at 80 > latest 50"):
+    with pytest.raises(
+        PlanningError, match="beyond the end of the log.*maxMessagesPerPartition-0 at 80 > latest 50"
+    ):
         plan_ranges({P0: 80}, {P0: 0}, {P0: 50}, batch_interval_ms=1000)
 
 
@@ -182,7 +190,7 @@ def test_consecutive_plans_chain_without_gaps_or_overlaps(s):
         for r in a.ranges:
             seen[r.tp].append(r)
             heads[r.tp] = r.until_offset
-    for tp, rs in seen.items():
+    for rs in seen.values():
         for prev, nxt in zip(rs, rs[1:]):
             assert prev.until_offset == nxt.from_offset
 
@@ -204,7 +212,13 @@ def test_cap_shares_the_cap_in_proportion_and_hits_it_exactly():
 def test_plan_ranges_applies_the_cap_after_sparks_rules():
     tps = [TopicPartition("t", i) for i in range(2)]
     limits = RateLimits(max_rate_per_partition=1000, max_records_per_batch=150)
-    alloc = plan_ranges({tp: 0 for tp in tps}, {tp: 0 for tp in tps}, {tps[0]: 10_000, tps[1]: 100},
-                        batch_interval_ms=1000, limits=limits, latest_rate=None)
+    alloc = plan_ranges(
+        {tp: 0 for tp in tps},
+        {tp: 0 for tp in tps},
+        {tps[0]: 10_000, tps[1]: 100},
+        batch_interval_ms=1000,
+        limits=limits,
+        latest_rate=None,
+    )
     # Spark's rules give 1000 and 100; the cap shares 150 in that proportion
     assert [r.count for r in alloc.ranges] == [136, 14] and alloc.limited

@@ -11,7 +11,9 @@ from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA
 
 def test_spark_codec_names_map_to_pyarrows_and_an_unknown_one_says_what_to_do():
     assert parquet_codec(None) == "SNAPPY"
-    assert parquet_codec("ZSTD") == "ZSTD" and parquet_codec("none") == "NONE" == parquet_codec("uncompressed")
+    assert parquet_codec("ZSTD") == "ZSTD" and parquet_codec("none") == "NONE" == parquet_codec(
+        "uncompressed"
+    )
     with pytest.raises(ValueError, match="'lzo' is not available with writer 'arrow'.*writer 'spark'"):
         parquet_codec("lzo")
 
@@ -19,7 +21,14 @@ def test_spark_codec_names_map_to_pyarrows_and_an_unknown_one_says_what_to_do():
 def test_the_plain_columns_are_the_sinks_and_a_comma_separated_list_works():
     names = KAFKA_ARROW_SCHEMA.names
     assert dictionary_columns(names, None) == ["topic", "partition", "timestamp", "timestampType", "headers"]
-    assert dictionary_columns(names, "value, headers") == ["key", "topic", "partition", "offset", "timestamp", "timestampType"]
+    assert dictionary_columns(names, "value, headers") == [
+        "key",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+    ]
     assert dictionary_columns(names, ()) == names
 
 
@@ -40,7 +49,10 @@ def test_auto_picks_the_arrow_writer_only_for_the_python_readers_raw_records_in_
     assert chosen_writer("auto", None, "python", arrow_codec("lzo")) == "spark"
     assert arrow_codec(None) and arrow_codec("zstd") and not arrow_codec("lzo")
     # an explicit choice stands
-    assert chosen_writer("spark", None, "python") == "spark" and chosen_writer("arrow", None, "python") == "arrow"
+    assert (
+        chosen_writer("spark", None, "python") == "spark"
+        and chosen_writer("arrow", None, "python") == "arrow"
+    )
 
 
 def test_a_task_writes_every_piece_of_its_group_and_reports_each():
@@ -49,7 +61,9 @@ def test_a_task_writes_every_piece_of_its_group_and_reports_each():
     pieces = [OffsetRange("t", p, 0, 5) for p in range(3)]
     task = RangeFileTask(pieces, {}, {}, "/s", "/s/_read", "tok1", None, None, groups=[[0, 2], [1]])
     written: list[int] = []
-    task.write_piece = lambda index: written.append(index) or 5  # the reading and writing are the integration tests'
+    task.write_piece = lambda index: (
+        written.append(index) or 5
+    )  # the reading and writing are the integration tests'
     out = list(task(iter([pa.record_batch({"id": pa.array([0], pa.int64())})])))
     assert written == [0, 2]
     assert [b.to_pydict() for b in out] == [{"piece": [0], "rows": [5]}, {"piece": [2], "rows": [5]}]

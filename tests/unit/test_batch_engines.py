@@ -26,7 +26,10 @@ from airflow_kafka_backpressure.storage import StorageError, location
 
 def test_executor_conf_per_cluster_manager():
     assert executor_conf("spark://h:7077", 3, 2) == {
-        "spark.executor.cores": "2", "spark.cores.max": "6", "spark.scheduler.minRegisteredResourcesRatio": "1.0"}
+        "spark.executor.cores": "2",
+        "spark.cores.max": "6",
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+    }
     assert executor_conf("yarn", 3, 2) == {"spark.executor.instances": "3", "spark.executor.cores": "2"}
     assert executor_conf("k8s://https://api:6443", 4, 1)["spark.executor.instances"] == "4"
     assert executor_conf("local[2]", 3, 1) == {}
@@ -67,7 +70,9 @@ def test_exit_descriptions_never_repeat_the_command_line():
 
 def _spec(tmp_path, kafka=None) -> JobSpec:
     plan = BatchPlan("p", 3, "r", (OffsetRange("t", 0, 0, 10),), str(tmp_path / "sink"), 1000, 0)
-    return JobSpec(plan=plan, kafka=kafka or {"bootstrap.servers": "h:1", "sasl.password": "pw-123"}, launched_at_ms=5)
+    return JobSpec(
+        plan=plan, kafka=kafka or {"bootstrap.servers": "h:1", "sasl.password": "pw-123"}, launched_at_ms=5
+    )
 
 
 def test_the_handoff_seals_kafka_properties_and_the_driver_takes_the_spec(tmp_path):
@@ -191,7 +196,9 @@ class _Stuck(Engine):
         pass
 
 
-def test_a_run_that_ignores_its_stop_is_given_up_and_the_log_says_where_it_is_stuck(tmp_path, monkeypatch, caplog):
+def test_a_run_that_ignores_its_stop_is_given_up_and_the_log_says_where_it_is_stuck(
+    tmp_path, monkeypatch, caplog
+):
     import airflow_kafka_backpressure.engines as engines
 
     monkeypatch.setattr(engines, "STOP_GRACE_S", 0.3)
@@ -284,11 +291,18 @@ def test_the_submit_engine_locates_the_driver_program_without_importing_it():
         "assert path.endswith('spark/job.py'), path\n"
         "assert 'airflow_kafka_backpressure.spark.job' not in sys.modules\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    )
 
 
 def test_connect_session_ids_are_kept_per_key_and_renewed(tmp_path):
-    from airflow_kafka_backpressure.engines.connect import SessionIds, content_key, session_closed, with_session_id
+    from airflow_kafka_backpressure.engines.connect import (
+        SessionIds,
+        content_key,
+        session_closed,
+        with_session_id,
+    )
 
     ids = SessionIds(tmp_path / "sessions.json")
     a = ids.get("a")
@@ -310,7 +324,6 @@ def test_connect_session_ids_are_kept_per_key_and_renewed(tmp_path):
     assert with_session_id("sc://h:1/;token=t", "S") == "sc://h:1/;token=t;session_id=S"
     assert session_closed(RuntimeError("[INVALID_HANDLE.SESSION_CLOSED] The handle x is invalid."))
     assert not session_closed(RuntimeError("UNAVAILABLE: connection refused"))
-
 
 
 def test_an_unreachable_connect_server_fails_the_batch_at_once_naming_the_connection(tmp_path):
@@ -356,7 +369,11 @@ def test_stopping_the_jvm_ends_a_process_that_ignores_sigterm_and_counts_a_zombi
     from airflow_kafka_backpressure.spark.launcher_watch import has_ended, stop_jvm
 
     stubborn = subprocess.Popen(
-        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)"],
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)",
+        ],
         stdout=subprocess.PIPE,
     )
     try:

@@ -21,8 +21,10 @@ def test_defaults_equal_sparks():
 
 
 def test_values_are_parsed_and_coerced():
-    s = parse_settings('{"proportional": 2, "min_rate": 5, "max_rate_per_partition": 100.0, '
-                       '"max_rate_per_topic": {"orders": 7}, "backpressure_enabled": false}')
+    s = parse_settings(
+        '{"proportional": 2, "min_rate": 5, "max_rate_per_partition": 100.0, '
+        '"max_rate_per_topic": {"orders": 7}, "backpressure_enabled": false}'
+    )
     assert s.proportional == 2.0 and isinstance(s.proportional, float)
     assert s.max_rate_per_partition == 100 and isinstance(s.max_rate_per_partition, int)
     assert s.backpressure_enabled is False
@@ -75,9 +77,17 @@ def test_derived_control_objects():
 
 
 def test_mode_and_cost_keys():
-    s = parse_settings('{"mode": "spark", "target_ratio": 0.7, "max_ratio": 0.95, "drain_horizon_s": 600, '
-                       '"cost_window_batches": 20, "max_records_per_batch": 50000}')
-    assert (s.mode, s.target_ratio, s.max_ratio, s.drain_horizon_s, s.cost_window_batches) == ("spark", 0.7, 0.95, 600.0, 20)
+    s = parse_settings(
+        '{"mode": "spark", "target_ratio": 0.7, "max_ratio": 0.95, "drain_horizon_s": 600, '
+        '"cost_window_batches": 20, "max_records_per_batch": 50000}'
+    )
+    assert (s.mode, s.target_ratio, s.max_ratio, s.drain_horizon_s, s.cost_window_batches) == (
+        "spark",
+        0.7,
+        0.95,
+        600.0,
+        20,
+    )
     p = s.cost_params()
     assert (p.target_ratio, p.max_ratio, p.drain_horizon_s, p.window_batches) == (0.7, 0.95, 600.0, 20)
     assert s.rate_limits().max_records_per_batch == 50_000
@@ -89,7 +99,9 @@ def test_the_gains_reach_the_cost_mode_and_the_wait_keys_default_off():
     assert (p.proportional, p.integral, p.derivative) == (0.4, 0.05, 0.1)
     s = ControllerSettings()
     assert (s.min_records_per_batch, s.max_batch_delay_s) == (0, 900.0)  # off; Spark's maxTriggerDelay 15 min
-    assert parse_settings('{"min_records_per_batch": 500, "max_batch_delay_s": 30}').min_records_per_batch == 500
+    assert (
+        parse_settings('{"min_records_per_batch": 500, "max_batch_delay_s": 30}').min_records_per_batch == 500
+    )
 
 
 @pytest.mark.parametrize(
@@ -107,7 +119,10 @@ def test_the_gains_reach_the_cost_mode_and_the_wait_keys_default_off():
         ('{"min_records_per_batch": 2.5}', ["'min_records_per_batch' = 2.5", "not a whole number"]),
         ('{"max_batch_delay_s": -1}', ["'max_batch_delay_s' = -1", "[0, inf)"]),
         ('{"min_batch_fixed_share": 1.5}', ["'min_batch_fixed_share' = 1.5", "[0, 1]"]),
-        ('{"min_records_per_batch": 10, "max_records_per_batch": 5}', ["'min_records_per_batch' = 10", "<= 'max_records_per_batch' = 5"]),
+        (
+            '{"min_records_per_batch": 10, "max_records_per_batch": 5}',
+            ["'min_records_per_batch' = 10", "<= 'max_records_per_batch' = 5"],
+        ),
     ],
 )
 def test_cost_keys_are_validated(text, fragments):

@@ -18,7 +18,9 @@ from airflow_kafka_backpressure.control.cost_mode import CostParams, PlanInputs
 from airflow_kafka_backpressure.control.pid import PIDRateEstimator, RateController
 
 B_MS = 60_000
-BATCHES = [(60_000 * (i + 1), 40_000 + 7_000 * (i % 3), 30_000 + 4_000 * (i % 3), 1_000 * (i % 2)) for i in range(8)]
+BATCHES = [
+    (60_000 * (i + 1), 40_000 + 7_000 * (i % 3), 30_000 + 4_000 * (i % 3), 1_000 * (i % 2)) for i in range(8)
+]
 
 
 def estimator(**kw) -> PIDRateEstimator:
@@ -28,7 +30,9 @@ def estimator(**kw) -> PIDRateEstimator:
 def fed(mode: str) -> PipelineController:
     c = PipelineController.new(mode, estimator())
     for i, (t, n, proc, sched) in enumerate(BATCHES):
-        c.on_batch_completed(batch_id=i + 1, time_ms=t, records=n, processing_ms=proc, scheduling_delay_ms=sched)
+        c.on_batch_completed(
+            batch_id=i + 1, time_ms=t, records=n, processing_ms=proc, scheduling_delay_ms=sched
+        )
     return c
 
 
@@ -81,7 +85,10 @@ def test_new_gains_reapply_the_last_batch():
 @pytest.mark.parametrize(
     "edit, fragment",
     [
-        (lambda d: d["estimator"]["state"].update(latest_rate=float("nan")), "estimator.state.latest_rate = nan"),
+        (
+            lambda d: d["estimator"]["state"].update(latest_rate=float("nan")),
+            "estimator.state.latest_rate = nan",
+        ),
         (lambda d: d["estimator"].update(integral=float("inf")), "estimator.integral = inf"),
         (lambda d: d.update(rate_limit=0), "rate_limit = 0"),
         (lambda d: d["cost"].update(fixed_prior_s=float("-inf")), "fixed_prior_s"),
@@ -108,8 +115,15 @@ def test_the_cost_mode_feeds_its_correction_and_the_spark_mode_resets_it():
     c = fed(COST)
     params = CostParams()
     c.on_batch_completed(
-        batch_id=99, time_ms=10**7, records=50_000, processing_ms=40_000, scheduling_delay_ms=0,
-        params=params, left_behind=20_000, budget=50_000.0, batch_interval_s=60.0,
+        batch_id=99,
+        time_ms=10**7,
+        records=50_000,
+        processing_ms=40_000,
+        scheduling_delay_ms=0,
+        params=params,
+        left_behind=20_000,
+        budget=50_000.0,
+        batch_interval_s=60.0,
     )
     assert c.cost.correction.error > 0 and c.cost.correction.integral > 0
     terms = c.to_dict(params, 60.0)["cost"]["correction"]["terms"]
@@ -118,8 +132,15 @@ def test_the_cost_mode_feeds_its_correction_and_the_spark_mode_resets_it():
     assert again.cost.correction == c.cost.correction
     spark = PipelineController.from_dict(c.to_dict(params, 60.0), SPARK, estimator())
     spark.on_batch_completed(
-        batch_id=100, time_ms=10**7 + 60_000, records=50_000, processing_ms=40_000, scheduling_delay_ms=0,
-        params=params, left_behind=20_000, budget=50_000.0, batch_interval_s=60.0,
+        batch_id=100,
+        time_ms=10**7 + 60_000,
+        records=50_000,
+        processing_ms=40_000,
+        scheduling_delay_ms=0,
+        params=params,
+        left_behind=20_000,
+        budget=50_000.0,
+        batch_interval_s=60.0,
     )
     assert spark.cost.correction.integral == 0 and spark.cost.correction.error is None
 
@@ -146,7 +167,9 @@ def test_waiting_is_in_the_state_until_the_next_batch():
     assert d["waiting"]["available"] == 40
     again = PipelineController.from_dict(d, COST, estimator())
     assert again.waiting == c.waiting
-    again.on_batch_completed(batch_id=50, time_ms=10**8, records=120, processing_ms=5_000, scheduling_delay_ms=0)
+    again.on_batch_completed(
+        batch_id=50, time_ms=10**8, records=120, processing_ms=5_000, scheduling_delay_ms=0
+    )
     assert again.waiting is None and again.to_dict()["waiting"] is None
     with pytest.raises(ControllerStateError, match=r"controller state.waiting = .* is invalid"):
         PipelineController.from_dict({**d, "waiting": {"available": -1}}, COST, estimator())
@@ -168,7 +191,9 @@ def test_modes_are_one_interface_dispatched_from_one_registry():
     d = c.suggest_executors(2, window, B_MS, CostParams(), ScalingPolicy(), None)
     assert d == executor_target(2, [58_000, 57_000], B_MS, ScalingPolicy(), None)
     cost = fed(COST)
-    assert "dominates" in cost.suggest_executors(2, window, B_MS, CostParams(), ScalingPolicy(), None).reason  # the cost model judges
+    assert (
+        "dominates" in cost.suggest_executors(2, window, B_MS, CostParams(), ScalingPolicy(), None).reason
+    )  # the cost model judges
 
 
 def test_the_last_plan_is_kept_for_the_page_and_refused_when_broken():

@@ -21,7 +21,15 @@ from airflow_kafka_backpressure.control.cost_mode import (
 B = 60.0
 
 
-def model(fixed: float, per_record: float, *, noise: float = 0.0, method: str = "theil-sen", largest: float = 1e7, typical: float = 60_000) -> CostFit:
+def model(
+    fixed: float,
+    per_record: float,
+    *,
+    noise: float = 0.0,
+    method: str = "theil-sen",
+    largest: float = 1e7,
+    typical: float = 60_000,
+) -> CostFit:
     return CostFit(fixed, per_record, noise, 12, method, largest, typical)
 
 
@@ -139,7 +147,8 @@ def test_arrival_rate_is_the_median_of_recent_intervals():
 
 def feed(m: CostModel, sizes_times: list[tuple[int, float]], start_id: int = 1) -> list[str | None]:
     return [
-        m.observe(CostObservation(start_id + i, n, int(round(t * 1000)), 1)) for i, (n, t) in enumerate(sizes_times)
+        m.observe(CostObservation(start_id + i, n, int(round(t * 1000)), 1))
+        for i, (n, t) in enumerate(sizes_times)
     ]
 
 
@@ -237,13 +246,24 @@ def test_the_correction_removes_the_noise_margin_while_a_backlog_persists_never_
     plain = budget(NOISY, lag=2_000_000)
     assert plain.predicted_s == pytest.approx(0.99 * B / 1.096, rel=1e-4) and plain.correction == 0.0
     c = Correction(error=0.04, integral=0.0)
-    some = plan_budget(NOISY, CostParams(), PlanInputs(lag=2_000_000, batch_interval_s=B, arrivals_per_s=1000.0), c)
-    assert some.correction == pytest.approx(0.04) and some.predicted_s == pytest.approx(plain.predicted_s + 0.04 * B, rel=1e-4)
+    some = plan_budget(
+        NOISY, CostParams(), PlanInputs(lag=2_000_000, batch_interval_s=B, arrivals_per_s=1000.0), c
+    )
+    assert some.correction == pytest.approx(0.04) and some.predicted_s == pytest.approx(
+        plain.predicted_s + 0.04 * B, rel=1e-4
+    )
     assert "the correction adds 4.0% of the interval" in some.reason
-    full = plan_budget(NOISY, CostParams(), PlanInputs(lag=2_000_000, batch_interval_s=B, arrivals_per_s=1000.0), Correction(0.5, None, 3.0))
+    full = plan_budget(
+        NOISY,
+        CostParams(),
+        PlanInputs(lag=2_000_000, batch_interval_s=B, arrivals_per_s=1000.0),
+        Correction(0.5, None, 3.0),
+    )
     assert full.predicted_s == pytest.approx(0.99 * B, rel=1e-4)  # clamped at max_ratio
     # gains 0: no correction whatever the state
-    off = plan_budget(NOISY, CostParams(proportional=0, integral=0), PlanInputs(lag=2_000_000, batch_interval_s=B), c)
+    off = plan_budget(
+        NOISY, CostParams(proportional=0, integral=0), PlanInputs(lag=2_000_000, batch_interval_s=B), c
+    )
     assert off.records == plain.records
 
 
@@ -277,14 +297,23 @@ def test_a_per_record_cost_fitted_near_zero_does_not_plan_the_whole_backlog():
     that puts the per-record cost at 0 would otherwise read any backlog in one batch."""
     flat = model(20.0, 0.0, largest=1_700, typical=1_000)
     assert budget(flat, lag=100_000).records == 100_000  # without a floor: everything
-    floored = plan_budget(flat, CostParams(), PlanInputs(lag=100_000, batch_interval_s=B), per_record_floor_s=0.02)
+    floored = plan_budget(
+        flat, CostParams(), PlanInputs(lag=100_000, batch_interval_s=B), per_record_floor_s=0.02
+    )
     assert floored.regime == "drain" and floored.records == math.floor((0.99 * B - 20.0) / 0.02)  # 1,970
     assert "per-record cost last identified" in floored.reason
     # within 4x the largest batch measured the fit is trusted as it is
-    assert plan_budget(flat, CostParams(), PlanInputs(lag=6_000, batch_interval_s=B), per_record_floor_s=0.02).records == 6_000
+    assert (
+        plan_budget(
+            flat, CostParams(), PlanInputs(lag=6_000, batch_interval_s=B), per_record_floor_s=0.02
+        ).records
+        == 6_000
+    )
     # after a trickle the floor is the per-record cost measured before it: the burst is read at once
     trickle = model(15.0, 0.0, largest=300, typical=300)
-    b = plan_budget(trickle, CostParams(), PlanInputs(lag=2_000_000, batch_interval_s=B), per_record_floor_s=1 / 3000)
+    b = plan_budget(
+        trickle, CostParams(), PlanInputs(lag=2_000_000, batch_interval_s=B), per_record_floor_s=1 / 3000
+    )
     assert b.records == math.floor((0.99 * B - 15) * 3000)
 
 
@@ -292,7 +321,9 @@ def test_the_floor_is_the_last_identified_per_record_cost_and_is_kept_in_the_sta
     m = CostModel()
     assert m.per_record_floor_s() is None
     feed(m, [(1_000, 12.0)])
-    assert m.per_record_floor_s() == pytest.approx(0.012)  # never identified: time per record, fixed cost included
+    assert m.per_record_floor_s() == pytest.approx(
+        0.012
+    )  # never identified: time per record, fixed cost included
     feed(m, [(n, 2.0 + n * 0.001) for n in (2_000, 6_000, 3_000, 8_000, 4_000, 7_000)], start_id=2)
     assert m.fit().method == "theil-sen" and m.per_record_floor_s() == pytest.approx(0.001)
     assert CostModel.from_dict(m.to_dict()).per_record_prior_s == pytest.approx(0.001)
@@ -321,7 +352,15 @@ def test_a_proportional_guess_re_anchored_on_a_shift_does_not_freeze_the_batch_s
     sizes = []
     for i, (n, ms) in enumerate([(640, 28822), (532, 9274), (1376, 16029), (1376, 15888), (1376, 15379)]):
         m.observe(CostObservation(i + 1, n, ms, 1))
-        sizes.append(plan_budget(m.fit(), params, PlanInputs(lag=100_000, batch_interval_s=40.0), m.correction, m.per_record_floor_s()).records)
+        sizes.append(
+            plan_budget(
+                m.fit(),
+                params,
+                PlanInputs(lag=100_000, batch_interval_s=40.0),
+                m.correction,
+                m.per_record_floor_s(),
+            ).records
+        )
     assert m.per_record_prior_s is None  # the fixed cost was never known: nothing identified
     assert m.per_record_floor_s() == pytest.approx(15.379 / 1376)
     assert sizes[2:] == sorted(sizes[2:]) and sizes[-1] > 2_000  # they grow towards 24 s of work

@@ -78,7 +78,9 @@ def test_an_outlier_does_not_move_the_fit():
 def test_noise_too_large_for_the_size_spread_keeps_the_fallback():
     rng = random.Random(1)
     # sizes within ±10%, times ±20%: any slope would be noise
-    data = [obs(int(60_000 * rng.uniform(0.9, 1.1)), 45.0 * rng.uniform(0.8, 1.2), batch_id=i) for i in range(12)]
+    data = [
+        obs(int(60_000 * rng.uniform(0.9, 1.1)), 45.0 * rng.uniform(0.8, 1.2), batch_id=i) for i in range(12)
+    ]
     fit = fit_cost(data)
     assert fit.method == "proportional"
     assert fit.noise > 0.05

@@ -23,7 +23,8 @@ def timeouts(**kw) -> dict[tuple[str, str], timedelta | None]:
 def test_every_task_of_both_dags_has_an_execution_timeout():
     t = timeouts()
     assert set(t) == {("ingest", x) for x in ("plan", "ingest", "record", "scale")} | {
-        ("replay", "failed_ranges"), ("replay", "replay")
+        ("replay", "failed_ranges"),
+        ("replay", "replay"),
     }
     assert all(isinstance(v, timedelta) and v > timedelta(0) for v in t.values()), t
 
@@ -31,7 +32,12 @@ def test_every_task_of_both_dags_has_an_execution_timeout():
 def test_defaults_follow_the_batch_interval():
     minute = timeouts(batch_interval_s=60)
     # control tasks: 2 intervals, but at least 10 broker calls at kafka_timeout_s (30 s)
-    assert minute[("ingest", "plan")] == minute[("ingest", "record")] == minute[("ingest", "scale")] == timedelta(seconds=300)
+    assert (
+        minute[("ingest", "plan")]
+        == minute[("ingest", "record")]
+        == minute[("ingest", "scale")]
+        == timedelta(seconds=300)
+    )
     # the batch: its own timeout (max(5 intervals, 600 s)) + the control bound
     assert minute[("ingest", "ingest")] == timedelta(seconds=600 + 300)
     hourly = timeouts(batch_interval_s=3600)
@@ -49,7 +55,11 @@ def test_defaults_follow_the_batch_interval():
         ({"batch_timeout_s": 120, "stall_timeout_s": 30}, ("ingest", "ingest"), 120 + 300),
         ({"kafka_timeout_s": 60}, ("ingest", "record"), 600),
         ({"replay_interval_s": 30, "task_timeout_s": 20}, ("replay", "failed_ranges"), 50),
-        ({"batch_timeout_s": 100, "stall_timeout_s": 30, "task_timeout_s": 20}, ("replay", "replay"), REPLAY_BATCHES_PER_RUN * 120 + 20),
+        (
+            {"batch_timeout_s": 100, "stall_timeout_s": 30, "task_timeout_s": 20},
+            ("replay", "replay"),
+            REPLAY_BATCHES_PER_RUN * 120 + 20,
+        ),
     ],
 )
 def test_timeouts_are_settable(kw, task, expected):

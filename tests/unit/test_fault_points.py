@@ -73,11 +73,18 @@ def test_the_suites_processes_load_the_pause_at_start_up(tmp_path):
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, pause_point.PAUSE_DIR_ENV: str(tmp_path),
-           "PYTHONPATH": os.pathsep.join([str(pause_point.INJECT_DIR), str(repo)])}
+    env = {
+        **os.environ,
+        pause_point.PAUSE_DIR_ENV: str(tmp_path),
+        "PYTHONPATH": os.pathsep.join([str(pause_point.INJECT_DIR), str(repo)]),
+    }
     code = "from airflow_kafka_backpressure import _fault_points as f; print([h.__name__ for h in f._AFTER_COMMIT + f._AFTER_PLAN])"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "['pause_after_commit', 'pause_after_plan']"
     env.pop(pause_point.PAUSE_DIR_ENV)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"

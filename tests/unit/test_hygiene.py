@@ -13,7 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_kafka_backpressure.config import DEFAULT_MAX_RECORDS_PER_BATCH, ControllerSettings, SettingsError, parse_settings
+from airflow_kafka_backpressure.config import (
+    DEFAULT_MAX_RECORDS_PER_BATCH,
+    ControllerSettings,
+    SettingsError,
+    parse_settings,
+)
 from airflow_kafka_backpressure.control.allocation import plan_ranges
 from airflow_kafka_backpressure.control.controller import ControllerStateError, PipelineController
 from airflow_kafka_backpressure.control.pid import PIDRateEstimator, RateController
@@ -25,7 +30,15 @@ DUE_MS = int(DUE.timestamp() * 1000)
 
 
 def plan(planned_at_ms: int) -> BatchPlan:
-    return BatchPlan("p", 7, "scheduled__2026-03-01T12:00:00+00:00", (OffsetRange("t", 0, 0, 10),), "/s", 60_000, planned_at_ms)
+    return BatchPlan(
+        "p",
+        7,
+        "scheduled__2026-03-01T12:00:00+00:00",
+        (OffsetRange("t", 0, 0, 10),),
+        "/s",
+        60_000,
+        planned_at_ms,
+    )
 
 
 def controller_at_10000() -> RateController:
@@ -87,9 +100,18 @@ def test_settings_refuse_tiny_min_rates_nan_and_infinities(text, fragments):
 )
 def test_the_state_variable_refuses_nan_and_infinities(state, fragment):
     rc = controller_at_10000()
-    d = json.loads(json.dumps({**rc.to_dict(), "estimator": {**rc.estimator.to_dict(), "state": {**rc.estimator.state(), **state}}}))
+    d = json.loads(
+        json.dumps(
+            {
+                **rc.to_dict(),
+                "estimator": {**rc.estimator.to_dict(), "state": {**rc.estimator.state(), **state}},
+            }
+        )
+    )
     with pytest.raises(ControllerStateError) as e:
-        PipelineController.from_dict(d, "spark", PIDRateEstimator(60_000), where="Variable 'kbp.p.controller_state'")
+        PipelineController.from_dict(
+            d, "spark", PIDRateEstimator(60_000), where="Variable 'kbp.p.controller_state'"
+        )
     assert "Variable 'kbp.p.controller_state'" in str(e.value) and fragment in str(e.value)
 
 
@@ -102,11 +124,18 @@ def test_a_stored_rate_limit_of_zero_is_refused_not_read_as_unlimited():
 TPS = [TopicPartition("t", p) for p in range(4)]
 
 
-def first_plan(settings: ControllerSettings, latest_rate: float | None, sizes=(2_000_000, 1_000_000, 1_500_000, 500_000)):
+def first_plan(
+    settings: ControllerSettings, latest_rate: float | None, sizes=(2_000_000, 1_000_000, 1_500_000, 500_000)
+):
     latest = dict(zip(TPS, sizes))
     return plan_ranges(
-        {}, {tp: 0 for tp in TPS}, latest, batch_interval_ms=60_000,
-        limits=settings.rate_limits(TPS), latest_rate=latest_rate, starting_offsets="earliest",
+        {},
+        {tp: 0 for tp in TPS},
+        latest,
+        batch_interval_ms=60_000,
+        limits=settings.rate_limits(TPS),
+        latest_rate=latest_rate,
+        starting_offsets="earliest",
     )
 
 
@@ -120,7 +149,10 @@ def test_the_first_batch_of_a_new_pipeline_is_capped_by_default():
 def test_any_batch_is_capped_and_the_cap_is_settable():
     huge_rate = 10**9
     assert first_plan(ControllerSettings(), huge_rate).records == DEFAULT_MAX_RECORDS_PER_BATCH
-    assert first_plan(ControllerSettings(backpressure_enabled=False), None).records == DEFAULT_MAX_RECORDS_PER_BATCH
+    assert (
+        first_plan(ControllerSettings(backpressure_enabled=False), None).records
+        == DEFAULT_MAX_RECORDS_PER_BATCH
+    )
     small = parse_settings('{"max_records_per_batch": 5001}')
     assert first_plan(small, huge_rate).records == 5001
     # below the cap nothing changes

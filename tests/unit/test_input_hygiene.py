@@ -30,15 +30,26 @@ def dag_run(run_type: str, *, clear_number: int = 0, start_date: datetime | None
     from airflow.sdk.api.datamodels._generated import DagRun
 
     return DagRun(
-        dag_id="kbp_ingest_p", run_id=f"{run_type}__{DUE.isoformat()}", logical_date=DUE,
-        data_interval_start=DUE - timedelta(minutes=1), data_interval_end=DUE, run_after=DUE,
-        start_date=start_date or DUE, end_date=None, clear_number=clear_number, run_type=run_type,
-        state="running", consumed_asset_events=[], partition_key=None,
+        dag_id="kbp_ingest_p",
+        run_id=f"{run_type}__{DUE.isoformat()}",
+        logical_date=DUE,
+        data_interval_start=DUE - timedelta(minutes=1),
+        data_interval_end=DUE,
+        run_after=DUE,
+        start_date=start_date or DUE,
+        end_date=None,
+        clear_number=clear_number,
+        run_type=run_type,
+        state="running",
+        consumed_asset_events=[],
+        partition_key=None,
     )
 
 
 def plan(planned_at: datetime) -> BatchPlan:
-    return BatchPlan("p", 7, "r", (OffsetRange("t", 0, 0, 10),), "/sink", INTERVAL_MS, int(planned_at.timestamp() * 1000))
+    return BatchPlan(
+        "p", 7, "r", (OffsetRange("t", 0, 0, 10),), "/sink", INTERVAL_MS, int(planned_at.timestamp() * 1000)
+    )
 
 
 # ----- scheduling delay ------------------------------------------------------------------------
@@ -70,15 +81,23 @@ def test_runs_not_started_by_the_schedule_feed_no_delay(run_type):
 def pid_rate_after(delay_ms: int) -> float:
     """Spark's PID after a steady batch and then one fed ``delay_ms`` of scheduling delay."""
     c = PipelineController.new("spark", parse_settings(None).estimator(INTERVAL_MS))
-    c.on_batch_completed(batch_id=1, time_ms=60_000, records=600_000, processing_ms=60_000, scheduling_delay_ms=0)
-    c.on_batch_completed(batch_id=2, time_ms=120_000, records=600_000, processing_ms=60_000, scheduling_delay_ms=delay_ms)
+    c.on_batch_completed(
+        batch_id=1, time_ms=60_000, records=600_000, processing_ms=60_000, scheduling_delay_ms=0
+    )
+    c.on_batch_completed(
+        batch_id=2, time_ms=120_000, records=600_000, processing_ms=60_000, scheduling_delay_ms=delay_ms
+    )
     return c.rate.latest_rate
 
 
 def test_the_pid_keeps_its_rate_when_a_day_old_run_is_cleared():
     rerun = dag_run("scheduled", clear_number=1, start_date=DUE + DAY)
     fed = scheduling_delay_ms(rerun, plan(DUE + timedelta(seconds=2)))
-    assert pid_rate_after(fed) == pytest.approx(pid_rate_after(2_000), rel=1e-3) == pytest.approx(10_000, rel=0.01)
+    assert (
+        pid_rate_after(fed)
+        == pytest.approx(pid_rate_after(2_000), rel=1e-3)
+        == pytest.approx(10_000, rel=0.01)
+    )
     # what the age would have done (the bug of the issue): the rate falls to Spark's 100 floor
     assert pid_rate_after(int(DAY.total_seconds() * 1000)) == 100.0
 
@@ -109,8 +128,13 @@ def fed_state() -> dict:
     s = parse_settings(None)
     c = PipelineController.new("cost", s.estimator(INTERVAL_MS))
     for i, n in enumerate([1000, 2000, 1500]):
-        c.on_batch_completed(batch_id=i + 1, time_ms=60_000 * (i + 1), records=n, processing_ms=5_000 + 10 * n,
-                             scheduling_delay_ms=0)
+        c.on_batch_completed(
+            batch_id=i + 1,
+            time_ms=60_000 * (i + 1),
+            records=n,
+            processing_ms=5_000 + 10 * n,
+            scheduling_delay_ms=0,
+        )
     return json.loads(json.dumps(c.to_dict(s.cost_params(), 60.0)))
 
 
@@ -118,7 +142,10 @@ def fed_state() -> dict:
     "edit, where",
     [
         (lambda d: d.update(rate_limit=float("inf")), "rate_limit = inf"),
-        (lambda d: d["estimator"]["state"].update(latest_error=float("nan")), "estimator.state.latest_error = nan"),
+        (
+            lambda d: d["estimator"]["state"].update(latest_error=float("nan")),
+            "estimator.state.latest_error = nan",
+        ),
         (lambda d: d["estimator"].update(min_rate=float("-inf")), "estimator.min_rate = -inf"),
         (lambda d: d["cost"]["observations"][0].__setitem__(2, float("inf")), "cost.observations[0]"),
         (lambda d: d["cost"].update(errors=[0.1, float("nan")]), "cost.errors"),
@@ -130,8 +157,12 @@ def test_a_state_with_non_finite_or_unlimited_values_is_refused(edit, where):
     edit(d)
     text = json.dumps(d)  # json writes NaN / Infinity, as a hand edit in the UI could
     with pytest.raises(ControllerStateError) as e:
-        PipelineController.from_dict(json.loads(text), "cost", parse_settings(None).estimator(INTERVAL_MS),
-                                     where="Variable 'kbp.p.controller_state'")
+        PipelineController.from_dict(
+            json.loads(text),
+            "cost",
+            parse_settings(None).estimator(INTERVAL_MS),
+            where="Variable 'kbp.p.controller_state'",
+        )
     assert "Variable 'kbp.p.controller_state'" in str(e.value) and where in str(e.value), str(e.value)
 
 
@@ -142,8 +173,14 @@ BIG = {tp: 3_000_000 for tp in TPS}  # 12 million records waiting
 
 
 def planned(settings, rate: float | None) -> int:
-    alloc = plan_ranges({tp: 0 for tp in TPS}, {tp: 0 for tp in TPS}, BIG, batch_interval_ms=INTERVAL_MS,
-                        limits=settings.rate_limits(TPS), latest_rate=rate)
+    alloc = plan_ranges(
+        {tp: 0 for tp in TPS},
+        {tp: 0 for tp in TPS},
+        BIG,
+        batch_interval_ms=INTERVAL_MS,
+        limits=settings.rate_limits(TPS),
+        latest_rate=rate,
+    )
     return sum(r.count for r in alloc.ranges)
 
 
@@ -160,8 +197,12 @@ def test_every_later_batch_is_capped_in_both_modes():
     # the cost mode with a model that would take everything (the fixed-cost regime)
     c = PipelineController.new("cost", s.estimator(INTERVAL_MS))
     for i, n in enumerate([200_000, 500_000, 1_000_000] * 3):  # every size takes 120 s: all fixed cost
-        c.on_batch_completed(batch_id=i + 1, time_ms=1, records=n, processing_ms=120_000, scheduling_delay_ms=0)
-    decision = c.plan(s.cost_params(), PlanInputs(lag=12_000_000, batch_interval_s=60.0, arrivals_per_s=100_000.0))
+        c.on_batch_completed(
+            batch_id=i + 1, time_ms=1, records=n, processing_ms=120_000, scheduling_delay_ms=0
+        )
+    decision = c.plan(
+        s.cost_params(), PlanInputs(lag=12_000_000, batch_interval_s=60.0, arrivals_per_s=100_000.0)
+    )
     assert decision.budget.regime == "fixed-cost" and decision.rate * 60 > DEFAULT_MAX_RECORDS_PER_BATCH
     assert planned(s, decision.rate) == DEFAULT_MAX_RECORDS_PER_BATCH
 

@@ -38,7 +38,9 @@ def test_librdkafka_properties_map_to_kafka_python():
 def test_missing_bootstrap_and_unknown_keys_and_bad_values_are_named():
     with pytest.raises(KafkaConfigError, match="'bootstrap.servers' is missing"):
         to_kafka_python({}, source="Kafka connection 'k'")
-    with pytest.raises(KafkaConfigError, match=r"Kafka connection 'k': unsupported Kafka properties \['bootstrap.server'\]"):
+    with pytest.raises(
+        KafkaConfigError, match=r"Kafka connection 'k': unsupported Kafka properties \['bootstrap.server'\]"
+    ):
         to_kafka_python({"bootstrap.server": "x"}, source="Kafka connection 'k'")
     with pytest.raises(KafkaConfigError, match="'request.timeout.ms' has an invalid value 'soon'"):
         to_kafka_python({"bootstrap.servers": "x", "request.timeout.ms": "soon"})
@@ -49,7 +51,9 @@ def test_spark_native_options_carry_jaas_and_pem_truststore():
     assert opts["kafka.bootstrap.servers"] == "b1:9093,b2:9093"
     assert opts["kafka.security.protocol"] == "sasl_ssl"
     assert opts["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
-    assert opts["kafka.sasl.jaas.config"].startswith("org.apache.kafka.common.security.scram.ScramLoginModule required")
+    assert opts["kafka.sasl.jaas.config"].startswith(
+        "org.apache.kafka.common.security.scram.ScramLoginModule required"
+    )
     assert 'username="svc" password="pw";' in opts["kafka.sasl.jaas.config"]
     assert opts["kafka.ssl.truststore.type"] == "PEM"
     assert "kafka.group.id" not in opts and "kafka.sasl.username" not in opts
@@ -88,11 +92,16 @@ def test_confluent_takes_librdkafka_names_and_renames_java_style_ones():
 
 def test_both_clients_refuse_the_same_keys_and_values():
     for convert in (to_kafka_python, to_confluent):
-        with pytest.raises(KafkaConfigError, match=r"Kafka connection 'k': unsupported Kafka properties \['max.poll.records'\]"):
+        with pytest.raises(
+            KafkaConfigError,
+            match=r"Kafka connection 'k': unsupported Kafka properties \['max.poll.records'\]",
+        ):
             convert({"bootstrap.servers": "x", "max.poll.records": 5}, source="Kafka connection 'k'")
         with pytest.raises(KafkaConfigError, match="'bootstrap.servers' is missing"):
             convert({"security.protocol": "SSL"})
-        with pytest.raises(KafkaConfigError, match="'queued.max.messages.kbytes' has an invalid value 'lots'"):
+        with pytest.raises(
+            KafkaConfigError, match="'queued.max.messages.kbytes' has an invalid value 'lots'"
+        ):
             convert({"bootstrap.servers": "x", "queued.max.messages.kbytes": "lots"})
         with pytest.raises(KafkaConfigError, match="'check.crcs' has an invalid value 'maybe'"):
             convert({"bootstrap.servers": "x", "check.crcs": "maybe"})

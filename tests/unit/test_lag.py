@@ -12,21 +12,40 @@ NOW = 1_000_000
 
 
 def _lag(**kw):
-    args = dict(earliest=0, latest=100, committed=40, head=70, starting_offsets="earliest",
-                retention_margin_records=0, now_ms=NOW)
+    args = dict(
+        earliest=0,
+        latest=100,
+        committed=40,
+        head=70,
+        starting_offsets="earliest",
+        retention_margin_records=0,
+        now_ms=NOW,
+    )
     args.update(kw)
     return partition_lag(TP, **args)
 
 
 def test_position_is_the_committed_offset_and_lag_counts_from_it():
     p = _lag()
-    assert (p.position, p.position_source, p.lag, p.in_flight, p.retention_margin, p.lost) == (40, "committed", 60, 30, 40, 0)
+    assert (p.position, p.position_source, p.lag, p.in_flight, p.retention_margin, p.lost) == (
+        40,
+        "committed",
+        60,
+        30,
+        40,
+        0,
+    )
 
 
 @pytest.mark.parametrize("policy, position", [("earliest", 10), ("latest", 100)])
 def test_a_partition_never_committed_counts_from_where_the_pipeline_starts(policy, position):
     p = _lag(earliest=10, committed=None, head=None, starting_offsets=policy)
-    assert (p.position, p.position_source, p.lag, p.in_flight) == (position, f"starting_offsets={policy}", 100 - position, None)
+    assert (p.position, p.position_source, p.lag, p.in_flight) == (
+        position,
+        f"starting_offsets={policy}",
+        100 - position,
+        None,
+    )
 
 
 def test_seconds_behind_is_the_age_of_the_oldest_unwritten_record():
@@ -51,10 +70,23 @@ def _report(*parts):
 
 def test_thresholds_fire_on_total_lag_max_age_and_retention_each_with_a_reason():
     a = _lag(timestamp_ms=NOW - 10_000)
-    b = partition_lag(TopicPartition("orders", 4), earliest=0, latest=50, committed=0, head=None,
-                      starting_offsets="earliest", retention_margin_records=0, timestamp_ms=NOW - 1000, now_ms=NOW)
+    b = partition_lag(
+        TopicPartition("orders", 4),
+        earliest=0,
+        latest=50,
+        committed=0,
+        head=None,
+        starting_offsets="earliest",
+        retention_margin_records=0,
+        timestamp_ms=NOW - 1000,
+        now_ms=NOW,
+    )
     report = _report(a, b)
-    assert report.total_lag == 110 and report.max_seconds_behind == 10.0 and [p.tp for p in report.at_risk] == [b.tp]
+    assert (
+        report.total_lag == 110
+        and report.max_seconds_behind == 10.0
+        and [p.tp for p in report.at_risk] == [b.tp]
+    )
     assert LagThresholds(max_lag_records=110).crossed(report) == []
     (why,) = LagThresholds(max_lag_records=109).crossed(report)
     assert "110 records" in why and "max_lag_records=109" in why
@@ -65,7 +97,9 @@ def test_thresholds_fire_on_total_lag_max_age_and_retention_each_with_a_reason()
     assert len(LagThresholds(retention_margin_records=40).crossed(report)) == 2
 
 
-@pytest.mark.parametrize("kw", [{}, {"max_lag_records": -1}, {"max_seconds_behind": "5"}, {"retention_margin_records": True}])
+@pytest.mark.parametrize(
+    "kw", [{}, {"max_lag_records": -1}, {"max_seconds_behind": "5"}, {"retention_margin_records": True}]
+)
 def test_thresholds_are_checked(kw):
     with pytest.raises(ValueError):
         LagThresholds(**kw)
@@ -96,7 +130,9 @@ class _Broker:
 
 def test_measure_lag_reads_timestamps_only_for_partitions_with_lag():
     broker = _Broker()
-    report = measure_lag(broker, None, pipeline="p", topics=["t"], group="g", with_timestamps=True, now_ms=NOW)
+    report = measure_lag(
+        broker, None, pipeline="p", topics=["t"], group="g", with_timestamps=True, now_ms=NOW
+    )
     assert broker.asked == {TopicPartition("t", 0): 0}
     assert [p.seconds_behind for p in report.partitions] == [3.0, 0.0]
     assert report.to_dict()["total_lag"] == 10

@@ -29,17 +29,29 @@ from airflow_kafka_backpressure.models import DataLoss, OffsetRange, TopicPartit
 
 # (from, to) pairs allowed without staleness; every other pair must be refused.
 EXPECTED = {
-    ("planned", "running"), ("running", "running"), ("failed", "running"), ("succeeded", "running"),
+    ("planned", "running"),
+    ("running", "running"),
+    ("failed", "running"),
+    ("succeeded", "running"),
     ("replayed", "running"),
-    ("running", "succeeded"), ("succeeded", "succeeded"),
-    ("planned", "failed"), ("running", "failed"), ("replaying", "failed"), ("failed", "failed"),
+    ("running", "succeeded"),
+    ("succeeded", "succeeded"),
+    ("planned", "failed"),
+    ("running", "failed"),
+    ("replaying", "failed"),
+    ("failed", "failed"),
     ("failed", "replaying"),
-    ("replaying", "replayed"), ("replayed", "replayed"),
+    ("replaying", "replayed"),
+    ("replayed", "replayed"),
     ("failed", "abandoned"),
 }
 STALE_ONLY = {
-    ("planned", "replaying"), ("running", "replaying"), ("replaying", "replaying"),
-    ("planned", "abandoned"), ("running", "abandoned"), ("replaying", "abandoned"),
+    ("planned", "replaying"),
+    ("running", "replaying"),
+    ("replaying", "replaying"),
+    ("planned", "abandoned"),
+    ("running", "abandoned"),
+    ("replaying", "abandoned"),
 }
 
 
@@ -84,7 +96,8 @@ def test_segments_must_start_at_the_head():
     assert chain_segments("p", [r(0, 10, 20)], [], heads) == [seg(0, 10, 20)]
     assert chain_segments("p", [r(0, 10, 10)], [], heads) == []
     assert chain_segments("p", [r(0, 30, 40)], [DataLoss("t", 0, 10, 30)], heads) == [
-        seg(0, 10, 30, "lost"), seg(0, 30, 40)
+        seg(0, 10, 30, "lost"),
+        seg(0, 30, 40),
     ]
     with pytest.raises(LedgerConflict, match=r"\[5, 10\) are already claimed.*re-run the plan task"):
         chain_segments("p", [r(0, 5, 20)], [], heads)
@@ -143,7 +156,9 @@ def test_subtract_spans_keeps_only_what_is_not_covered_merged_in_order():
 def test_losses_must_lie_inside_one_range_of_the_batch():
     ranges = [r(0, 10, 20), r(1, 0, 5)]
     check_losses_inside(7, [DataLoss("t", 0, 10, 20), DataLoss("t", 1, 2, 3)], ranges)
-    with pytest.raises(LedgerError, match=r"Batch 7: the lost offsets t-0\[15, 25\) are not inside .*t-0\[10, 20\)"):
+    with pytest.raises(
+        LedgerError, match=r"Batch 7: the lost offsets t-0\[15, 25\) are not inside .*t-0\[10, 20\)"
+    ):
         check_losses_inside(7, [DataLoss("t", 0, 15, 25)], ranges)
     with pytest.raises(LedgerError, match=r"t-2\[0, 1\).*\(t-2: none\)"):
         check_losses_inside(7, [DataLoss("t", 2, 0, 1)], ranges)
@@ -170,7 +185,9 @@ def test_prunable_batches_take_whole_batches_from_the_chain_fronts_only():
     chosen, moved = prunable_batches(candidates, starts, heads, marks)
     assert chosen == [1, 2, 3, 4, 6] and moved == {tp0: 40, tp1: 20}
     # a batch not at the front (its predecessor stays) must stay too
-    chosen, moved = prunable_batches([(2, [pr(0, 10, 20)]), (3, [pr(1, 10, 20), pr(0, 20, 30)])], starts, heads, marks)
+    chosen, moved = prunable_batches(
+        [(2, [pr(0, 10, 20)]), (3, [pr(1, 10, 20), pr(0, 20, 30)])], starts, heads, marks
+    )
     assert chosen == [] and moved == {}
 
 

@@ -20,8 +20,14 @@ RANGES = [OffsetRange("orders", 1, 40, 90), OffsetRange("orders", 0, 10, 60), Of
 
 def _lineage(sink="s3a://lake/raw/orders", replay=False):
     return batch_lineage(
-        pipeline="orders", bootstrap_servers="SASL_SSL://b1.example:9093,b2.example:9093", sink=sink,
-        batch_id=42, ranges=RANGES, records=100, replay=replay, output_path=f"{sink}/batch_id=42",
+        pipeline="orders",
+        bootstrap_servers="SASL_SSL://b1.example:9093,b2.example:9093",
+        sink=sink,
+        batch_id=42,
+        ranges=RANGES,
+        records=100,
+        replay=replay,
+        output_path=f"{sink}/batch_id=42",
     )
 
 
@@ -51,13 +57,21 @@ def test_the_providers_extractor_accepts_the_facets_and_they_serialize_as_expect
     data = Serde.to_dict(topic)
     assert data["namespace"] == "kafka://b1.example:9093" and data["name"] == "orders"
     facet = data["inputFacets"]["kafkaOffsetRanges"]
-    assert facet["ranges"] == [{"partition": 0, "fromOffset": 10, "untilOffset": 60},
-                               {"partition": 1, "fromOffset": 40, "untilOffset": 90}]
-    assert facet["_producer"].startswith("https://") and facet["_schemaURL"].endswith("KafkaOffsetRangesInputDatasetFacet")
+    assert facet["ranges"] == [
+        {"partition": 0, "fromOffset": 10, "untilOffset": 60},
+        {"partition": 1, "fromOffset": 40, "untilOffset": 90},
+    ]
+    assert facet["_producer"].startswith("https://") and facet["_schemaURL"].endswith(
+        "KafkaOffsetRangesInputDatasetFacet"
+    )
     (sink,) = lineage.outputs
     out = Serde.to_dict(sink)
     assert (out["namespace"], out["name"]) == ("s3://lake", "raw/orders")
     assert out["outputFacets"]["outputStatistics"]["rowCount"] == 100
     run = Serde.to_dict(lineage.run_facets["kafkaBackpressureBatch"])
     assert {k: run[k] for k in ("pipeline", "batchId", "replay", "records")} == {
-        "pipeline": "orders", "batchId": 42, "replay": True, "records": 100}
+        "pipeline": "orders",
+        "batchId": 42,
+        "replay": True,
+        "records": 100,
+    }

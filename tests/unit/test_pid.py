@@ -170,8 +170,9 @@ def test_retuned_controller_reapplies_the_last_batch_under_new_gains():
     for args in inputs[:-1]:
         expected.on_batch_completed(*args)
     expected = RateController(
-        PIDRateEstimator.from_dict({**PIDRateEstimator(1000, 0.5, 0.0, 0.0, 1.0).to_dict(),
-                                    "state": expected.estimator.state()}),
+        PIDRateEstimator.from_dict(
+            {**PIDRateEstimator(1000, 0.5, 0.0, 0.0, 1.0).to_dict(), "state": expected.estimator.state()}
+        ),
         expected.rate_limit,
     )
     expected.on_batch_completed(*inputs[-1])

@@ -14,7 +14,9 @@ BASE = {"name": "orders", "topics": ["orders"], "sink": "/data/orders"}
 
 
 def load(**overrides):
-    return PipelineConfig.load_all(json.dumps({"pipelines": [{**BASE, **overrides}]}), source="pipelines.json")
+    return PipelineConfig.load_all(
+        json.dumps({"pipelines": [{**BASE, **overrides}]}), source="pipelines.json"
+    )
 
 
 def test_a_valid_file_loads_with_the_defaults():
@@ -43,18 +45,33 @@ def test_a_valid_file_loads_with_the_defaults():
         ({"batch_interval_s": 0.01}, ["batch_interval_s", "at least 1 s"]),
         ({"task_timeout_s": 0}, ["task_timeout_s", "> 0"]),
         # timing rules between fields
-        ({"stall_timeout_s": 900}, ["stall_timeout_s", "shorter than the batch timeout (600 s", "batch_timeout_s"]),
+        (
+            {"stall_timeout_s": 900},
+            ["stall_timeout_s", "shorter than the batch timeout (600 s", "batch_timeout_s"],
+        ),
         ({"stall_timeout_s": 60, "batch_timeout_s": 60}, ["stall_timeout_s", "(60 s"]),
-        ({"stale_after_s": 300}, ["stale_after_s", "longer than the batch timeout (600 s", "replayed while it writes"]),
+        (
+            {"stale_after_s": 300},
+            ["stale_after_s", "longer than the batch timeout (600 s", "replayed while it writes"],
+        ),
         ({"stale_after_s": 3600, "batch_interval_s": 1200}, ["stale_after_s", "(6000 s"]),
         # sink
         ({"sink": "data/orders"}, ["sink", "'data/orders'", "absolute path or a URI"]),
         ({"sink": "./out"}, ["sink", "absolute path"]),
         ({"sink": ""}, ["sink", "give a path"]),
         # the writer
-        ({"reader_options": {"writer": "pandas"}}, ["reader_options.writer", "'pandas'", "one of auto, spark, arrow"]),
-        ({"reader_options": {"writer": "arrow"}, "transform": "m:f"}, ["reader_options.writer", "remove the transform"]),
-        ({"reader_options": {"writer": "arrow"}, "reader": "native"}, ["reader_options.writer", "reader 'auto' or 'python'"]),
+        (
+            {"reader_options": {"writer": "pandas"}},
+            ["reader_options.writer", "'pandas'", "one of auto, spark, arrow"],
+        ),
+        (
+            {"reader_options": {"writer": "arrow"}, "transform": "m:f"},
+            ["reader_options.writer", "remove the transform"],
+        ),
+        (
+            {"reader_options": {"writer": "arrow"}, "reader": "native"},
+            ["reader_options.writer", "reader 'auto' or 'python'"],
+        ),
     ],
 )
 def test_invalid_fields_are_refused_with_file_pipeline_key_and_value(overrides, fragments):
@@ -82,7 +99,10 @@ def test_a_timing_that_fits_the_rules_is_accepted():
     [
         ("orders", ["pipeline #2", "JSON object", "str"]),
         ({"name": "b", "sink": "/d"}, ["pipeline #2", "pipeline 'b'", "required key(s) ['topics']"]),
-        ({**BASE, "name": "b", "stale_after": 5}, ["pipeline #2", "unknown key(s) ['stale_after']", "stale_after_s"]),
+        (
+            {**BASE, "name": "b", "stale_after": 5},
+            ["pipeline #2", "unknown key(s) ['stale_after']", "stale_after_s"],
+        ),
     ],
 )
 def test_malformed_entries_name_their_position(item, fragments):
@@ -97,8 +117,14 @@ def test_malformed_entries_name_their_position(item, fragments):
     "second, fragments",
     [
         ({"sink": "/data/orders/"}, ["pipelines 'orders' and 'b' write the same sink"]),
-        ({"sink": "/data/orders/late"}, ["pipeline 'b''s sink '/data/orders/late' is inside pipeline 'orders''s sink"]),
-        ({"sink": "/data/b", "group_id": "kbp-orders"}, ["pipelines 'orders' and 'b' commit the same consumer group 'kbp-orders'"]),
+        (
+            {"sink": "/data/orders/late"},
+            ["pipeline 'b''s sink '/data/orders/late' is inside pipeline 'orders''s sink"],
+        ),
+        (
+            {"sink": "/data/b", "group_id": "kbp-orders"},
+            ["pipelines 'orders' and 'b' commit the same consumer group 'kbp-orders'"],
+        ),
     ],
 )
 def test_pipelines_that_would_mix_batches_or_commits_are_refused_naming_both(second, fragments):
@@ -112,7 +138,9 @@ def test_pipelines_that_would_mix_batches_or_commits_are_refused_naming_both(sec
 def test_a_symlink_to_another_pipelines_sink_is_the_same_sink(tmp_path):
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
-    text = json.dumps([{**BASE, "sink": str(tmp_path / "real")}, {**BASE, "name": "b", "sink": str(tmp_path / "link")}])
+    text = json.dumps(
+        [{**BASE, "sink": str(tmp_path / "real")}, {**BASE, "name": "b", "sink": str(tmp_path / "link")}]
+    )
     with pytest.raises(ValueError, match="pipelines 'orders' and 'b' write the same sink"):
         PipelineConfig.load_all(text, source="pipelines.json")
 
@@ -144,7 +172,12 @@ def test_a_sink_that_cannot_hold_its_guarantees_is_refused_before_planning():
 
     for sink in ("s3a://lake/orders", "s3://lake/orders", "gs://b/o", "abfss://c@a.dfs.core.windows.net/o"):
         refusal = sink_refusal(cfg(sink), "local[2]")
-        assert refusal and "object store" in refusal and "Delta Lake" in refusal and "Nothing was planned" in refusal
+        assert (
+            refusal
+            and "object store" in refusal
+            and "Delta Lake" in refusal
+            and "Nothing was planned" in refusal
+        )
     assert sink_refusal(cfg("hdfs://nn:8020/orders"), "yarn") is None
     remote = sink_refusal(cfg("/data/orders"), "spark://10.1.2.3:7077")
     assert remote and "other hosts" in remote and "sink_on_shared_filesystem" in remote

@@ -63,13 +63,18 @@ def test_both_variants_validate_and_declare_forms_airflow_accepts(official_kafka
     info = provider_info(official_kafka)
     jsonschema.validate(info, _schema())
     # The stricter provider.yaml schema describes the form keys (conn-fields, ui-field-behaviour).
-    connection_schema = {**_yaml_schema()["properties"]["connection-types"], "definitions": _yaml_schema().get("definitions", {})}
+    connection_schema = {
+        **_yaml_schema()["properties"]["connection-types"],
+        "definitions": _yaml_schema().get("definitions", {}),
+    }
     jsonschema.validate(info["connection-types"], connection_schema)
     declared = [c["connection-type"] for c in info["connection-types"]]
     assert declared == (["kbp_ledger"] if official_kafka else ["kbp_ledger", "kafka"])
     import airflow
 
-    behaviour_schema = json.loads((Path(airflow.__file__).parent / "customized_form_field_behaviours.schema.json").read_text())
+    behaviour_schema = json.loads(
+        (Path(airflow.__file__).parent / "customized_form_field_behaviours.schema.json").read_text()
+    )
     for conn_type in declared:
         jsonschema.validate(ui_field_behaviour(conn_type), behaviour_schema)
 
@@ -84,7 +89,8 @@ def test_each_declared_hook_has_the_declared_type_and_form():
         assert hook.hook_name == entry["hook-name"]
         declared = entry["ui-field-behaviour"]
         assert hook.get_ui_field_behaviour() == {
-            "hidden_fields": declared["hidden-fields"], "relabeling": declared["relabeling"],
+            "hidden_fields": declared["hidden-fields"],
+            "relabeling": declared["relabeling"],
             "placeholders": declared["placeholders"],
         }
         assert callable(getattr(hook, "test_connection", None))

@@ -35,10 +35,12 @@ FORBIDDEN = ("airflow", "pyspark", "py4j", "kafka", "sqlalchemy")
 @pytest.mark.parametrize("module", PURE_MODULES)
 def test_module_imports_no_airflow_spark_or_kafka(module):
     code = (
-        "import sys, importlib; importlib.import_module(%r); "
-        "print(','.join(sorted({m.split('.')[0] for m in sys.modules} & set(%r))))"
-    ) % (module, FORBIDDEN)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        f"import sys, importlib; importlib.import_module({module!r}); "
+        f"print(','.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({FORBIDDEN!r}))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == "", f"{module} pulls in {out}"
 
 
@@ -50,5 +52,7 @@ def test_the_control_core_does_not_import_the_simulator():
         f"for m in {core!r}: importlib.import_module(m)\n"
         "print(sorted(m for m in sys.modules if m.startswith('airflow_kafka_backpressure.sim')))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == "[]", out

@@ -77,7 +77,9 @@ def test_auto_prefers_confluent_and_falls_back_to_kafka_python(monkeypatch):
     assert resolve_client("auto") == "kafka-python"
     with pytest.raises(KafkaRangeReadError, match=r"confluent-kafka is not installed.*\[confluent\]"):
         resolve_client("confluent", source="reading t-0[0, 5)")
-    with pytest.raises(ValueError, match=r"client must be one of \['auto', 'confluent', 'kafka-python'\], got 'rdkafka'"):
+    with pytest.raises(
+        ValueError, match=r"client must be one of \['auto', 'confluent', 'kafka-python'\], got 'rdkafka'"
+    ):
         resolve_client("rdkafka")
 
 
@@ -93,8 +95,15 @@ def test_consumer_configs_read_without_group_commits_or_topic_creation():
     assert cf["allow.auto.create.topics"] is False and cf["auto.offset.reset"] == "error"
     assert cf["isolation.level"] == "read_uncommitted"  # as kafka-python, Java and Spark
     # a connection's own settings win over the reader's defaults
-    assert confluent_consumer_config({**props, "isolation.level": "read_committed"}, source="s")["isolation.level"] == "read_committed"
-    assert confluent_consumer_config({**props, "fetch.max.bytes": 1000}, source="s")["fetch.max.bytes"] == 1000
+    assert (
+        confluent_consumer_config({**props, "isolation.level": "read_committed"}, source="s")[
+            "isolation.level"
+        ]
+        == "read_committed"
+    )
+    assert (
+        confluent_consumer_config({**props, "fetch.max.bytes": 1000}, source="s")["fetch.max.bytes"] == 1000
+    )
 
 
 def test_reader_config_is_checked_for_the_clients_auto_may_pick():
@@ -133,7 +142,9 @@ def test_options_are_case_insensitive_and_checked_by_name():
 
     ranges = json.dumps([OffsetRange("t", 0, 0, 100).to_dict()])
     base = {"RANGES": ranges, "kafka.bootstrap.servers": "h:1"}
-    r = KafkaRangeReader({**base, "MINPARTITIONS": "4", "maxrecordsperpartition": "0", "Client": "kafka-python"})
+    r = KafkaRangeReader(
+        {**base, "MINPARTITIONS": "4", "maxrecordsperpartition": "0", "Client": "kafka-python"}
+    )
     assert r.min_partitions == 4 and r.max_records_per_partition is None and r.client == "kafka-python"
     assert len(r.partitions()) == 4
     for name, value in [("minPartitions", "0"), ("maxRecordsPerPartition", "-3"), ("pollTimeoutMs", "soon")]:

@@ -31,17 +31,30 @@ def test_min_partitions_already_met_changes_nothing():
 
 
 def test_min_partitions_splits_one_partition_evenly():
-    assert split_ranges([R(0, 1, 17)], min_partitions=4) == [R(0, 1, 5), R(0, 5, 9), R(0, 9, 13), R(0, 13, 17)]
+    assert split_ranges([R(0, 1, 17)], min_partitions=4) == [
+        R(0, 1, 5),
+        R(0, 5, 9),
+        R(0, 9, 13),
+        R(0, 13, 17),
+    ]
 
 
 def test_min_partitions_splits_skewed_partitions_proportionally():
     # sizes 4 and 20, 3 partitions: 4/24*3 = 0.5 rounds (half up) to 1 -> unsplit; the other
     # range takes the remaining 2
-    assert split_ranges([R(0, 1, 5), R(1, 1, 21)], min_partitions=3) == [R(0, 1, 5), R(1, 1, 11), R(1, 11, 21)]
+    assert split_ranges([R(0, 1, 5), R(1, 1, 21)], min_partitions=3) == [
+        R(0, 1, 5),
+        R(1, 1, 11),
+        R(1, 11, 21),
+    ]
 
 
 def test_empty_ranges_are_dropped_and_the_rest_split_with_remainders_last():
-    assert split_ranges([R(0, 1, 1), R(1, 1, 21)], min_partitions=3) == [R(1, 1, 7), R(1, 7, 14), R(1, 14, 21)]
+    assert split_ranges([R(0, 1, 1), R(1, 1, 21)], min_partitions=3) == [
+        R(1, 1, 7),
+        R(1, 7, 14),
+        R(1, 14, 21),
+    ]
 
 
 def test_max_records_per_partition_caps_every_piece():
@@ -74,7 +87,9 @@ def test_no_ranges():
     assert split_ranges([R(0, 4, 4)], min_partitions=3) == []
 
 
-@pytest.mark.parametrize("kwargs", [{"min_partitions": 0}, {"max_records_per_partition": -1}, {"min_partitions": 1.5}])
+@pytest.mark.parametrize(
+    "kwargs", [{"min_partitions": 0}, {"max_records_per_partition": -1}, {"min_partitions": 1.5}]
+)
 def test_bad_options_are_named(kwargs):
     name = next(iter(kwargs))
     with pytest.raises(ValueError, match=f"{name} must be a positive integer"):
@@ -127,11 +142,21 @@ def test_splits_cover_every_range_exactly_once_within_bounds(spec, min_partition
 
 
 def test_pieces_beyond_the_slots_share_tasks_evenly_and_each_piece_is_in_one_group():
-    pieces = [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 0, 40), OffsetRange("t", 2, 0, 20), OffsetRange("t", 3, 0, 30)]
+    pieces = [
+        OffsetRange("t", 0, 0, 10),
+        OffsetRange("t", 1, 0, 40),
+        OffsetRange("t", 2, 0, 20),
+        OffsetRange("t", 3, 0, 30),
+    ]
     # largest first, each to the group with the fewest offsets: 40 | 30 | then 20 -> the 30, 10 -> the 40
     assert group_pieces(pieces, 2) == [[0, 1], [2, 3]]
     assert group_pieces(pieces, 3) == [[0, 2], [1], [3]]  # 40 | 30 | 20, then 10 -> the 20
-    assert group_pieces(pieces, None) == group_pieces(pieces, 4) == group_pieces(pieces, 9) == [[0], [1], [2], [3]]
+    assert (
+        group_pieces(pieces, None)
+        == group_pieces(pieces, 4)
+        == group_pieces(pieces, 9)
+        == [[0], [1], [2], [3]]
+    )
     assert group_pieces(pieces, 1) == [[0, 1, 2, 3]] and group_pieces([], 2) == []
 
 

@@ -49,7 +49,15 @@ def test_fail_names_the_batch_the_offsets_and_the_abandon_command():
     assert "events-0[10, 12) (2 records)" in d.refusal and "earliest offsets now events-0: 12" in d.refusal
     command = d.refusal.split("run: ", 1)[1].split(" (or set", 1)[0]
     argv = shlex.split(command)
-    assert argv[:7] == ["python", "-m", "airflow_kafka_backpressure.ledger", "abandon", "--conn-id", "my ledger", "--batch"]
+    assert argv[:7] == [
+        "python",
+        "-m",
+        "airflow_kafka_backpressure.ledger",
+        "abandon",
+        "--conn-id",
+        "my ledger",
+        "--batch",
+    ]
     assert argv[7] == "7" and argv[8] == "--reason"
 
 
@@ -82,8 +90,12 @@ def test_adoption_needs_a_complete_version_of_the_same_ranges_whichever_attempt_
 
     ranges = [r(0, 0, 10), r(1, 0, 10)]
     trimmed = [r(0, 4, 10), r(1, 0, 10)]  # what a replay writes after retention took offsets 0-3
-    good = {"pipeline": "pipe", "token": "t1", "ranges": [x.to_dict() for x in reversed(ranges)],
-            "files": [{"name": "f", "bytes": 1}]}
+    good = {
+        "pipeline": "pipe",
+        "token": "t1",
+        "ranges": [x.to_dict() for x in reversed(ranges)],
+        "files": [{"name": "f", "bytes": 1}],
+    }
     assert adoption_problems(good, "pipe", ranges) == []
     assert adoption_problems({**good, "token": "t0"}, "pipe", ranges) == []  # not the last owner's: adopted
     assert adoption_problems(None, "pipe", ranges) == ["no committed version"]
@@ -142,7 +154,12 @@ def test_multi_host_executors_are_read_from_the_executor_list():
     assert multi_host_executors("LocalExecutor") == []
     assert multi_host_executors("") == []
     assert multi_host_executors(" LocalExecutor , CeleryExecutor") == ["CeleryExecutor"]
-    assert multi_host_executors("airflow.providers.cncf.kubernetes.executors.kubernetes_executor.KubernetesExecutor") != []
+    assert (
+        multi_host_executors(
+            "airflow.providers.cncf.kubernetes.executors.kubernetes_executor.KubernetesExecutor"
+        )
+        != []
+    )
     assert multi_host_executors("LocalExecutor,edge:airflow.providers.edge3.executors.EdgeExecutor") == [
         "edge:airflow.providers.edge3.executors.EdgeExecutor"
     ]

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_kafka_backpressure.control.scala import scala_round, to_long
 from airflow_kafka_backpressure.control.cost import CostFit
+from airflow_kafka_backpressure.control.scala import scala_round, to_long
 from airflow_kafka_backpressure.control.scaling import (
     ScalingPolicy,
     cost_executor_target,
@@ -139,8 +139,8 @@ def test_target_is_bounded_even_when_holding():
 @given(st.floats(-1e12, 1e12, allow_nan=False))
 def test_scala_round_matches_java_math_round(x):
     # Java: Math.round(x) == floor(x + 1/2) computed exactly
-    from fractions import Fraction
     import math
+    from fractions import Fraction
 
     assert scala_round(x) == math.floor(Fraction(x) + Fraction(1, 2))
 
@@ -193,7 +193,9 @@ def test_cost_rule_removes_one_only_if_the_rest_still_fit_the_target():
 def test_cost_rule_keeps_sparks_trigger_cooldown_and_bounds():
     f = fit(15.0, 0.0005)
     assert cost_executor_target(1, [], MINUTE, f, 0.75).reason == "no successful batch to measure yet"
-    cooling = cost_executor_target(1, [(90_000, 60_000)], MINUTE, f, 0.75, ScalingPolicy(cooldown_batches=3), batches_since_change=1)
+    cooling = cost_executor_target(
+        1, [(90_000, 60_000)], MINUTE, f, 0.75, ScalingPolicy(cooldown_batches=3), batches_since_change=1
+    )
     assert cooling.action == "hold" and "cooldown" in cooling.reason
     bounded = cost_executor_target(1, [(900_000, 500_000)], MINUTE, f, 0.75, ScalingPolicy(max_executors=3))
     assert bounded.target == 3 and "bounded" in bounded.reason
@@ -212,8 +214,16 @@ def test_one_definition_of_the_scaling_defaults():
 
     s = ControllerSettings()
     assert s.scaling_policy() == ScalingPolicy()
-    assert (s.scaling_up_ratio, s.scaling_down_ratio) == (scaling.SCALING_UP_RATIO, scaling.SCALING_DOWN_RATIO)
-    assert (s.min_executors, s.max_executors, s.initial_executors) == (
-        scaling.MIN_EXECUTORS, scaling.MAX_EXECUTORS, scaling.INITIAL_EXECUTORS,
+    assert (s.scaling_up_ratio, s.scaling_down_ratio) == (
+        scaling.SCALING_UP_RATIO,
+        scaling.SCALING_DOWN_RATIO,
     )
-    assert (s.scaling_window_batches, s.cooldown_batches) == (scaling.SCALING_WINDOW_BATCHES, scaling.COOLDOWN_BATCHES)
+    assert (s.min_executors, s.max_executors, s.initial_executors) == (
+        scaling.MIN_EXECUTORS,
+        scaling.MAX_EXECUTORS,
+        scaling.INITIAL_EXECUTORS,
+    )
+    assert (s.scaling_window_batches, s.cooldown_batches) == (
+        scaling.SCALING_WINDOW_BATCHES,
+        scaling.COOLDOWN_BATCHES,
+    )

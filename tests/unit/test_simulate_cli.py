@@ -8,9 +8,9 @@ import json
 import pytest
 
 from airflow_kafka_backpressure import simulate as cli
-from airflow_kafka_backpressure.sim.history import HistoryError, scenario_from_history
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.sim.history import HistoryError, scenario_from_history
 
 PIPELINE = "orders"
 FIXED_S, PER_RECORD_S, RATE, INTERVAL_MS = 20.0, 0.0004, 1000.0, 60_000
@@ -27,8 +27,14 @@ def write_history(url: str) -> Ledger:
         latest = int(RATE * (i + 1) * INTERVAL_MS / 1000)
         until = min(head + size, latest)
         plan = ledger.record_plan(
-            PIPELINE, f"scheduled__{i}", [OffsetRange("orders", 0, head, until)], "/sink", INTERVAL_MS,
-            planned, rate=size / 60, lag=latest - until,
+            PIPELINE,
+            f"scheduled__{i}",
+            [OffsetRange("orders", 0, head, until)],
+            "/sink",
+            INTERVAL_MS,
+            planned,
+            rate=size / 60,
+            lag=latest - until,
         )
         records = until - head
         processing_ms = int((FIXED_S + PER_RECORD_S * records) * 1000)
@@ -72,8 +78,22 @@ def test_from_ledger_replays_the_pipeline_under_each_mode(ledger_url, tmp_path, 
 
 
 def test_from_ledger_with_given_gains_as_json(ledger_url, capsys):
-    code = cli.main(["--from-ledger", PIPELINE, "--ledger-url", ledger_url, "--mode", "spark",
-                     "--set", "proportional=0.5", "--set", "integral=0", "--json", "--no-plot"])
+    code = cli.main(
+        [
+            "--from-ledger",
+            PIPELINE,
+            "--ledger-url",
+            ledger_url,
+            "--mode",
+            "spark",
+            "--set",
+            "proportional=0.5",
+            "--set",
+            "integral=0",
+            "--json",
+            "--no-plot",
+        ]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert [r["mode"] for r in data["runs"]] == ["spark"]

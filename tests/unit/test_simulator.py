@@ -23,8 +23,13 @@ COST = parse_settings('{"mode": "cost"}')
 
 def steady(**kw) -> Scenario:
     base = dict(
-        name="t", description="", batch_interval_s=60.0, duration_s=20 * 60.0,
-        arrivals=ArrivalProfile(100.0), capacity=CapacityProfile(10.0, 0.001), scheduler_latency_s=2.0,
+        name="t",
+        description="",
+        batch_interval_s=60.0,
+        duration_s=20 * 60.0,
+        arrivals=ArrivalProfile(100.0),
+        capacity=CapacityProfile(10.0, 0.001),
+        scheduler_latency_s=2.0,
     )
     return Scenario(**{**base, **kw})
 
@@ -76,7 +81,10 @@ def test_physical_drain_limit():
 
 
 def test_the_simulator_uses_the_settings_like_the_pipeline():
-    capped = simulate(steady(arrivals=ArrivalProfile(0.0, backlog=500_000)), parse_settings('{"max_records_per_batch": 1234}'))
+    capped = simulate(
+        steady(arrivals=ArrivalProfile(0.0, backlog=500_000)),
+        parse_settings('{"max_records_per_batch": 1234}'),
+    )
     assert capped.rows[0].records == 1234
     spark = simulate(steady(), SPARK)
     assert spark.rows[0].regime == "initial" and spark.rows[-1].regime == "pid"
@@ -142,7 +150,10 @@ def test_fixed_cost_over_the_interval_keeps_up_where_spark_collapses():
     spark, cost = simulate(sc, SPARK), simulate(sc, COST)
     per_batch = sc.arrivals.rate * sc.batch_interval_s
     assert cost.figures().lag_bounded(per_batch) and not spark.figures().lag_bounded(per_batch)
-    assert cost.warning == "fixed cost 36.0 s is 120% of the interval: raise the interval or use the connect engine"
+    assert (
+        cost.warning
+        == "fixed cost 36.0 s is 120% of the interval: raise the interval or use the connect engine"
+    )
     # once the fixed cost is measured (a few batches of different sizes), every batch takes it all
     assert {row.regime for row in cost.rows[10:]} == {"fixed-cost"}
 

@@ -9,15 +9,14 @@ import sys
 import zipfile
 from pathlib import Path
 
-from airflow_kafka_backpressure.models import BatchPlan, JobSpec, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.engines.environment import (
     pyspark_home,
     spark_conf_defaults,
     spark_submit_env,
 )
 from airflow_kafka_backpressure.engines.submit import package_zip
+from airflow_kafka_backpressure.models import BatchPlan, JobSpec, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.spark.job import native_options, range_problems
-
 
 # --------------------------------------------------------------------------- environment
 
@@ -28,7 +27,9 @@ def test_submit_env_defaults(tmp_path):
     assert env["SPARK_HOME"] == pyspark_home()
     assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == sys.executable
     assert env["SPARK_LOCAL_IP"] == "127.0.0.1"
-    assert Path(env["SPARK_LOCAL_DIRS"]).is_dir() and Path(env["SPARK_LOCAL_DIRS"]).is_relative_to(tmp_path.resolve())
+    assert Path(env["SPARK_LOCAL_DIRS"]).is_dir() and Path(env["SPARK_LOCAL_DIRS"]).is_relative_to(
+        tmp_path.resolve()
+    )
     first = env["PATH"].split(os.pathsep)[0]
     assert Path(first, "spark-submit").exists()
     assert env["PATH"].endswith("/usr/bin:/bin")
@@ -108,7 +109,13 @@ def test_missing_topic_and_partition():
 
 def test_native_options_cover_only_non_empty_ranges():
     plan = BatchPlan(
-        "p", 1, "r", (OffsetRange("a", 0, 3, 9), OffsetRange("a", 2, 4, 4), OffsetRange("b", 1, 0, 5)), "/s", 1000, 0
+        "p",
+        1,
+        "r",
+        (OffsetRange("a", 0, 3, 9), OffsetRange("a", 2, 4, 4), OffsetRange("b", 1, 0, 5)),
+        "/s",
+        1000,
+        0,
     )
     kafka = {"bootstrap.servers": "h:9092", "sasl.username": "u"}
     spec = JobSpec(plan=plan, kafka=kafka, launched_at_ms=0)
@@ -119,7 +126,9 @@ def test_native_options_cover_only_non_empty_ranges():
     assert opts["kafka.bootstrap.servers"] == "h:9092" and "kafka.sasl.jaas.config" in opts
     assert opts["includeHeaders"] == "true"
     assert opts["kafkaConsumer.pollTimeoutMs"] == "60000"  # the spec's stall timeout
-    assert opts["kafka.max.poll.records"] == "10000"  # the reader's fetch sizes, unless the connection sets them
+    assert (
+        opts["kafka.max.poll.records"] == "10000"
+    )  # the reader's fetch sizes, unless the connection sets them
     tuned = native_options(JobSpec(plan=plan, kafka={**kafka, "max.poll.records": 50}, launched_at_ms=0))
     assert tuned["kafka.max.poll.records"] == "50"
 

@@ -14,7 +14,11 @@ from airflow_kafka_backpressure.topic_identity import (
 
 
 def _plan(**ids: str) -> BatchPlan:
-    ranges = [OffsetRange("orders", 0, 100, 150), OffsetRange("orders", 1, 90, 90), OffsetRange("clicks", 0, 5, 25)]
+    ranges = [
+        OffsetRange("orders", 0, 100, 150),
+        OffsetRange("orders", 1, 90, 90),
+        OffsetRange("clicks", 0, 5, 25),
+    ]
     return BatchPlan("p", 7, "run-7", ranges, "/sink", 60_000, 0, topic_ids=ids)
 
 
@@ -32,7 +36,9 @@ def test_the_plan_keeps_its_topic_ids_through_json():
 
 
 def test_earliest_gives_up_the_recreated_topics_ranges_and_keeps_the_rest():
-    d = topic_reset_decision(_plan(orders="id-a", clicks="id-c"), {"orders": "id-b", "clicks": "id-c"}, "earliest")
+    d = topic_reset_decision(
+        _plan(orders="id-a", clicks="id-c"), {"orders": "id-b", "clicks": "id-c"}, "earliest"
+    )
     assert d.refusal is None
     assert d.lost == (DataLoss("orders", 0, 100, 150),)  # the empty range of partition 1 loses nothing
     assert [r for r in d.ranges if r.count] == [OffsetRange("clicks", 0, 5, 25)]
@@ -41,7 +47,14 @@ def test_earliest_gives_up_the_recreated_topics_ranges_and_keeps_the_rest():
 def test_fail_refuses_with_the_topic_both_ids_and_the_way_out():
     d = topic_reset_decision(_plan(orders="id-a"), {"orders": "id-b"}, "fail", ledger_conn_id="kbp_ledger")
     assert d.refusal is not None
-    for text in ("'orders'", "id-a", "id-b", "batch 7", "on_topic_reset", "abandon --conn-id kbp_ledger --batch 7"):
+    for text in (
+        "'orders'",
+        "id-a",
+        "id-b",
+        "batch 7",
+        "on_topic_reset",
+        "abandon --conn-id kbp_ledger --batch 7",
+    ):
         assert text in d.refusal, text
 
 

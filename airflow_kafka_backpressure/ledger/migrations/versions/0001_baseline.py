@@ -63,11 +63,17 @@ def upgrade() -> None:
             name=op.f("fk_kbp_ranges_batch_id_pipeline"),
         ),
         sa.UniqueConstraint(
-            "pipeline", "topic", "partition", "from_offset",
+            "pipeline",
+            "topic",
+            "partition",
+            "from_offset",
             name=op.f("uq_kbp_ranges_pipeline_topic_partition_from_offset"),
         ),
         sa.UniqueConstraint(
-            "pipeline", "topic", "partition", "until_offset",
+            "pipeline",
+            "topic",
+            "partition",
+            "until_offset",
             name=op.f("uq_kbp_ranges_pipeline_topic_partition_until_offset"),
         ),
         sa.ForeignKeyConstraint(
@@ -77,7 +83,9 @@ def upgrade() -> None:
         ),
         sa.CheckConstraint("until_offset > from_offset", name=op.f("ck_kbp_ranges_non_empty")),
         sa.CheckConstraint("from_offset >= 0 AND partition >= 0", name=op.f("ck_kbp_ranges_non_negative")),
-        sa.CheckConstraint("prev_until IS NULL OR prev_until = from_offset", name=op.f("ck_kbp_ranges_chained")),
+        sa.CheckConstraint(
+            "prev_until IS NULL OR prev_until = from_offset", name=op.f("ck_kbp_ranges_chained")
+        ),
         sa.CheckConstraint(f"status IN ({_BATCH_STATUSES}, 'lost')", name=op.f("ck_kbp_ranges_status")),
     )
     op.create_index(op.f("ix_kbp_ranges_batch_id"), "kbp_ranges", ["batch_id"])

@@ -76,10 +76,15 @@ def upgrade() -> None:
                 values,
             ).rowcount
             if not updated:
-                bind.execute(partitions.insert().values(
-                    pipeline=pipeline, topic=r["topic"], partition=int(r["partition"]),
-                    position=int(r["until_offset"]), planned_batch_id=int(batch_id),
-                ))
+                bind.execute(
+                    partitions.insert().values(
+                        pipeline=pipeline,
+                        topic=r["topic"],
+                        partition=int(r["partition"]),
+                        position=int(r["until_offset"]),
+                        planned_batch_id=int(batch_id),
+                    )
+                )
 
 
 def downgrade() -> None:

@@ -36,7 +36,9 @@ def upgrade() -> None:
         op.drop_constraint(op.f("ck_kbp_batches_status"), "kbp_batches", type_="check")
         op.create_check_constraint(op.f("ck_kbp_batches_status"), "kbp_batches", f"status IN ({_STATUSES})")
     if bind.dialect.name == "postgresql":
-        op.execute("ALTER TABLE kbp_ranges ALTER CONSTRAINT fk_kbp_ranges_chain DEFERRABLE INITIALLY IMMEDIATE")
+        op.execute(
+            "ALTER TABLE kbp_ranges ALTER CONSTRAINT fk_kbp_ranges_chain DEFERRABLE INITIALLY IMMEDIATE"
+        )
     op.create_table(
         "kbp_losses",
         sa.Column("id", _Id, nullable=False, autoincrement=True),
@@ -56,15 +58,21 @@ def upgrade() -> None:
             name=op.f("fk_kbp_losses_batch_id_pipeline"),
         ),
         sa.UniqueConstraint(
-            "batch_id", "topic", "partition", "from_offset", name=op.f("uq_kbp_losses_batch_id_topic_partition_from_offset")
+            "batch_id",
+            "topic",
+            "partition",
+            "from_offset",
+            name=op.f("uq_kbp_losses_batch_id_topic_partition_from_offset"),
         ),
-        sa.CheckConstraint("until_offset > from_offset AND from_offset >= 0", name=op.f("ck_kbp_losses_non_empty")),
+        sa.CheckConstraint(
+            "until_offset > from_offset AND from_offset >= 0", name=op.f("ck_kbp_losses_non_empty")
+        ),
         sa.CheckConstraint("kind IN ('plan', 'replay', 'abandon')", name=op.f("ck_kbp_losses_kind")),
     )
     op.create_index(op.f("ix_kbp_losses_pipeline_batch_id"), "kbp_losses", ["pipeline", "batch_id"])
     op.execute(
         'INSERT INTO kbp_losses (batch_id, pipeline, topic, "partition", from_offset, until_offset, kind, '
-        "recorded_at_ms) SELECT r.batch_id, r.pipeline, r.topic, r.\"partition\", r.from_offset, r.until_offset, "
+        'recorded_at_ms) SELECT r.batch_id, r.pipeline, r.topic, r."partition", r.from_offset, r.until_offset, '
         "'plan', b.created_at_ms FROM kbp_ranges r JOIN kbp_batches b ON b.batch_id = r.batch_id "
         "WHERE r.status = 'lost'"
     )
