@@ -43,8 +43,8 @@ fi
 stamp=.venv/.kbp-installed
 want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
 if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
-    log "installing the package with its test and local extras (pinned by constraints.txt)"
-    .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,local]' >&2
+    log "installing the package with its test, local and dev extras (pinned by constraints.txt)"
+    .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,local,dev]' >&2
     echo "$want" > "$stamp"
 fi
 
