@@ -98,6 +98,9 @@ class CostFit:
     largest_work_units: float
     typical_work_units: float  # the median batch, per executor
     smallest_work_units: float | None = None  # None: not known (a fit made by hand)
+    #: the standard error of ``fixed_s`` where the batches measured it (None: not known). Batches of
+    #: nearly one size under noise put the intercept almost anywhere; this says how far.
+    fixed_se_s: float | None = None
 
     def predict_s(self, records: float, executors: int = 1) -> float:
         return self.fixed_s + self.per_record_s * records / max(executors, 1)
@@ -126,6 +129,7 @@ class CostFit:
             "largest_work_units": self.largest_work_units,
             "typical_work_units": self.typical_work_units,
             "smallest_work_units": self.smallest_work_units,
+            "fixed_se_s": self.fixed_se_s,
         }
 
 
@@ -161,6 +165,19 @@ def _median_slope(points: Sequence[tuple[float, float]]) -> float | None:
     return _weighted_median(slopes) if slopes else None
 
 
+def intercept_se(points: Sequence[tuple[float, float]], fixed: float, slope: float) -> float:
+    """The standard error of a line's intercept, ``σ·sqrt(1/n + x̄²/Sxx)``, with σ the robust spread
+    of the residuals: large when the sizes barely differ. ``points`` hold at least two sizes (a
+    Theil–Sen line needs them)."""
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    if sxx <= 0:
+        raise ValueError("a line's intercept error needs batches of at least two sizes")
+    sigma = robust_spread(y - (fixed + slope * x) for x, y in points)
+    return sigma * math.sqrt(1 / n + mean_x**2 / sxx)
+
+
 def robust_spread(values: Iterable[float]) -> float:
     """1.4826 × the median absolute deviation from the median (0 for fewer than 3 values)."""
     vals = list(values)
@@ -174,6 +191,7 @@ def fit_cost(
     observations: Sequence[CostObservation],
     prior_fixed_s: float | None = None,
     noise_hint: float | None = None,
+    prior_fixed_se_s: float | None = None,
 ) -> CostFit | None:
     """Fit ``processing = fixed + per_record × records/executors`` to ``observations``.
 
@@ -185,7 +203,8 @@ def fit_cost(
     differences explain ``IDENTIFY`` × the noise known from elsewhere (``noise_hint``, the spread of
     the one-batch-ahead prediction errors; None: unknown, and the fallback stays).
     The returned ``noise`` is the larger of the residual spread and the hint. Empty batches are
-    ignored; None when nothing is left.
+    ignored; None when nothing is left. ``fixed_se_s`` is the line's intercept error, or the prior's
+    (``prior_fixed_se_s``, from the line that measured it).
     """
     obs = [o for o in observations if o.records > 0 and o.processing_ms > 0]
     if not obs:
@@ -195,21 +214,24 @@ def fit_cost(
     median_x = statistics.median(xs)
     median_y = statistics.median(y for _, y in points)
 
-    def made(fixed: float, slope: float, method: str) -> tuple[CostFit, float]:
-        fit = CostFit(fixed, slope, 0.0, len(obs), method, max(xs), median_x, min(xs))
+    def made(fixed: float, slope: float, method: str, se: float | None) -> tuple[CostFit, float]:
+        fit = CostFit(fixed, slope, 0.0, len(obs), method, max(xs), median_x, min(xs), se)
         spread = robust_spread(y / fit.predict_s(x) - 1 for x, y in points if fit.predict_s(x) > 0)
         return replace(fit, noise=max(spread, noise_hint or 0.0)), spread
 
     fixed = 0.0 if prior_fixed_s is None else min(max(prior_fixed_s, 0.0), median_y)
     fallback, fallback_spread = made(
-        fixed, (median_y - fixed) / median_x, "proportional" if prior_fixed_s is None else "prior-fixed-cost"
+        fixed,
+        (median_y - fixed) / median_x,
+        "proportional" if prior_fixed_s is None else "prior-fixed-cost",
+        None if prior_fixed_s is None else prior_fixed_se_s,
     )
     slope = _median_slope(points)
     if slope is None:
         return fallback
     slope = max(slope, 0.0)  # a falling line is noise, or all fixed cost: flat
     line_fixed = min(max(statistics.median(y - slope * x for x, y in points), 0.0), min(y for _, y in points))
-    line, line_spread = made(line_fixed, slope, "theil-sen")
+    line, line_spread = made(line_fixed, slope, "theil-sen", intercept_se(points, line_fixed, slope))
     if len(points) >= MIN_POINTS_FOR_NOISE:
         return line if line_spread <= fallback_spread / 2 else fallback
     if noise_hint is not None and slope * (max(xs) - min(xs)) >= IDENTIFY * noise_hint * median_y:

@@ -91,8 +91,12 @@ UNKNOWN_NOISE_SHIFT = 0.5
 NOISE_SIGMAS = 1.2
 #: With the fixed cost unknown, a batch that must shrink shrinks by at least this much (a probe).
 PROBE = 1.25 * DISTINCT_SIZE
-#: The warning fires when the fixed cost is at least this share of the interval.
+#: The warning fires when the fixed cost is at least this share of the interval ...
 FIXED_COST_WARNING_SHARE = 0.5
+#: ... this many standard errors below its estimate: an intercept measured on batches of nearly one
+#: size under noise is not evidence (noise-90, a true share of 25%, warned in 7 of 20 seeds; with 1σ: 2,
+#: and fixed-80 still warns in 20 of 20; 2σ would miss 5 of those).
+FIXED_COST_WARNING_SIGMAS = 1.0
 #: Beyond this many times the largest batch measured (per executor) a batch is an extrapolation:
 #: its predicted time uses a per-record cost never below :meth:`CostModel.per_record_floor_s`.
 EXTRAPOLATION = 4.0
@@ -105,7 +109,8 @@ def fixed_cost_warning(fit: CostFit | None, batch_interval_s: float) -> str | No
     if fit is None or batch_interval_s <= 0:
         return None
     share = fit.fixed_s / batch_interval_s
-    if share < FIXED_COST_WARNING_SHARE:
+    surely = fit.fixed_s - FIXED_COST_WARNING_SIGMAS * (fit.fixed_se_s or 0.0)
+    if surely < FIXED_COST_WARNING_SHARE * batch_interval_s:
         return None
     return (
         f"fixed cost {fit.fixed_s:.1f} s is {share:.0%} of the interval: raise the interval or use the "
@@ -405,12 +410,14 @@ class CostModel:
     #: the per-record cost last identified (a fitted line, or re-anchored on a level shift): batches
     #: are planned with a per-record cost never below it (see :meth:`fit_for_planning`)
     per_record_prior_s: float | None = None
+    #: the standard error of ``fixed_prior_s`` where a line measured it (None: not known)
+    fixed_prior_se_s: float | None = None
 
     def fit(self) -> CostFit | None:
         """The model over the window; its ``noise`` is the spread of the recent one-batch-ahead
         prediction errors (kept across level shifts), which is what a batch's headroom is for."""
         hint = robust_spread(self.errors) if len(self.errors) >= MIN_POINTS_FOR_NOISE else None
-        return fit_cost(self.observations, self.fixed_prior_s, hint)
+        return fit_cost(self.observations, self.fixed_prior_s, hint, self.fixed_prior_se_s)
 
     def per_record_floor_s(self) -> float | None:
         """The per-record cost a batch far beyond the sizes measured is planned with, at least: the
@@ -448,7 +455,7 @@ class CostModel:
                 self.errors = (self.errors + [off])[-2 * window_batches :]
             if abs(off) > band:
                 if fit.method != "proportional":  # the proportional guess knows no fixed cost
-                    self.fixed_prior_s = fit.fixed_s
+                    self.fixed_prior_s, self.fixed_prior_se_s = fit.fixed_s, fit.fixed_se_s
                 self.observations = [obs]
                 anchored = self.fit()
                 if anchored is not None and anchored.method != "proportional":  # the fixed cost is known
@@ -463,7 +470,7 @@ class CostModel:
         self.observations = (self.observations + [obs])[-window_batches:]
         new = self.fit()
         if new is not None and new.method == "theil-sen":
-            self.fixed_prior_s = new.fixed_s
+            self.fixed_prior_s, self.fixed_prior_se_s = new.fixed_s, new.fixed_se_s
             self.per_record_prior_s = new.per_record_s
         return None
 
@@ -487,6 +494,7 @@ class CostModel:
             "errors": list(self.errors),
             "correction": self.correction.to_dict(),
             "per_record_prior_s": self.per_record_prior_s,
+            "fixed_prior_se_s": self.fixed_prior_se_s,
         }
 
     @classmethod
@@ -517,6 +525,7 @@ class CostModel:
             [float(x) for x in errors],
             Correction.from_dict(d.get("correction"), f"{where}.correction"),
             _optional_non_negative(d.get("per_record_prior_s"), f"{where}.per_record_prior_s"),
+            _optional_non_negative(d.get("fixed_prior_se_s"), f"{where}.fixed_prior_se_s"),
         )
 
 
