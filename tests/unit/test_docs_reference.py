@@ -46,10 +46,18 @@ def test_the_committed_page_is_what_the_generator_writes():
     assert PAGE.read_text(encoding="utf-8") == docs_reference.render(), f"{PAGE} is out of date: {RUN}"
 
 
-def test_readme_relative_links_point_at_files():
+def _anchors(page: Path) -> set[str]:
+    """The ids MkDocs gives the page's headings (Python-Markdown's toc slugify)."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), flags=re.M)
+    return {re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", h).strip().lower()) for h in headings}
+
+
+def test_readme_relative_links_point_at_files_and_headings():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     targets = re.findall(r"\]\(([^)\s]+)\)", text)
-    relative = [t.split("#", 1)[0] for t in targets if "://" not in t and not t.startswith(("#", "mailto:"))]
+    relative = [t for t in targets if "://" not in t and not t.startswith(("#", "mailto:"))]
     assert relative, "README.md links into the docs"
-    missing = [t for t in relative if not (ROOT / t).exists()]
+    missing = [t for t in relative if not (ROOT / t.split("#", 1)[0]).exists()]
     assert not missing, f"README.md links to files that do not exist: {missing}"
+    bad = [t for t in relative if "#" in t and t.split("#", 1)[1] not in _anchors(ROOT / t.split("#", 1)[0])]
+    assert not bad, f"README.md links to headings that do not exist: {bad}"
