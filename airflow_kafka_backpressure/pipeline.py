@@ -40,53 +40,136 @@ DEFAULT_STALE_AFTER_S = 24 * 3600.0
 DEFAULT_LEDGER_KEEP_BATCHES = 10_000
 
 
+def _field(default: Any = MISSING, *, doc: str, allowed: str = "", factory: Any = MISSING) -> Any:
+    """One pipeline field: its default and its doc and allowed values (which validation in
+    ``__post_init__`` enforces), read by the configuration reference of the docs."""
+    return field(default=default, default_factory=factory, metadata={"doc": doc, "allowed": allowed})
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
-    name: str
-    topics: tuple[str, ...]
-    sink: str
-    batch_interval_s: float = 60.0
-    group_id: str | None = None  # consumer group to commit progress to; default "kbp-<name>"
-    kafka_conn_id: str = "kafka_default"
-    engine: str = "submit"  # submit: spark-submit per batch; connect: a long-lived Spark Connect server
-    spark_conn_id: str = "spark_default"  # submit engine
-    spark_connect_conn_id: str = "spark_connect_default"  # connect engine
-    ledger_conn_id: str | None = None  # None: SQLite file under AIRFLOW_HOME
-    starting_offsets: str = "earliest"
-    on_data_loss: str = "fail"
-    on_topic_reset: str = "fail"  # a topic deleted and created again: fail | earliest (see topic_identity)
-    reader: str = "auto"
-    transform: str | None = None
-    executor_cores: int = 1
-    executor_memory: str | None = None
-    driver_memory: str | None = None
-    spark_conf: dict[str, str] = field(default_factory=dict)
-    stall_timeout_s: float = 120.0
-    batch_timeout_s: float | None = None  # a batch's Spark work is stopped after this; default below
-    reader_options: dict[str, Any] = field(
-        default_factory=dict
-    )  # reader and sink options (client, writer, parquet_*)
-    replay_interval_s: float | None = None  # how often the replay DAG looks; default 5 x batch interval
-    stale_after_s: float | None = (
-        None  # a batch planned/running this long is replayable; None: DEFAULT_STALE_AFTER_S
+    name: str = _field(
+        doc="the pipeline's name; its DAGs are kbp_ingest_<name> and kbp_replay_<name>, its Variables kbp.<name>.*",
+        allowed="letters, digits, '_', '.', '-' (at most 100; not starting with '.' or '-')",
     )
-    lease_s: float | None = (
-        None  # a running batch whose worker showed no sign of life this long is replayable; default 120
+    topics: tuple[str, ...] = _field(
+        doc="the Kafka topics the pipeline reads", allowed="a list of topic names, at least one"
     )
-    kafka_timeout_s: float = 30.0  # bound of each broker call of the plan, record and replay tasks
-    task_timeout_s: float | None = None  # execution_timeout of plan/record/scale; default derived below
-    replay_deferrable: bool = True  # the replay sensor waits in the triggerer, not in a worker slot
-    # a local sink path under a Spark master whose executors may run on other hosts is refused at plan
-    # time (each host would write to its own disk); true says the path is one shared filesystem (NFS …)
-    # mounted at the same place on every host
-    sink_on_shared_filesystem: bool = False
-    # The record task prunes this pipeline's finished batches beyond the newest N from the ledger (and,
-    # with ledger_keep_days, only those that ended longer ago); null: keep every batch. Never past a
-    # partition's commit or head, never an unfinished batch (see Ledger.prune).
-    ledger_keep_batches: int | None = DEFAULT_LEDGER_KEEP_BATCHES
-    ledger_keep_days: float | None = None
-    start_date: str = "2026-01-01"
-    tags: tuple[str, ...] = ()
+    sink: str = _field(
+        doc="where batches are written: a directory of Parquet batches (batch_id=N/)",
+        allowed="an absolute path or a URI (hdfs://…); object stores are refused at plan time",
+    )
+    batch_interval_s: float = _field(
+        60.0, doc="seconds between batches: the ingest DAG's schedule", allowed=">= 1"
+    )
+    group_id: str | None = _field(
+        None, doc="consumer group the progress is committed to; null: kbp-<name>", allowed="a string or null"
+    )
+    kafka_conn_id: str = _field("kafka_default", doc="the Kafka connection (conn type kafka)")
+    engine: str = _field(
+        "submit",
+        doc="submit: spark-submit per batch; connect: a long-lived Spark Connect server",
+        allowed=", ".join(ENGINES),
+    )
+    spark_conn_id: str = _field("spark_default", doc="submit engine: the Spark connection (conn type spark)")
+    spark_connect_conn_id: str = _field(
+        "spark_connect_default", doc="connect engine: the Spark Connect connection (conn type spark_connect)"
+    )
+    ledger_conn_id: str | None = _field(
+        None,
+        doc="the ledger's connection (kbp_ledger, postgres or generic); null: a SQLite file under AIRFLOW_HOME",
+    )
+    starting_offsets: str = _field(
+        "earliest",
+        doc="where a partition seen for the first time starts when its consumer group has no committed offset",
+        allowed=", ".join(STARTING_OFFSETS),
+    )
+    on_data_loss: str = _field(
+        "fail",
+        doc="offsets deleted by retention before they were read: fail names them; skip records them as lost",
+        allowed=", ".join(ON_DATA_LOSS),
+    )
+    on_topic_reset: str = _field(
+        "fail",
+        doc="a topic deleted and created again: fail plans nothing for it; earliest archives the old topic's rows and reads the new one from its start",
+        allowed=", ".join(ON_TOPIC_RESET),
+    )
+    reader: str = _field(
+        "auto",
+        doc="how the Spark job reads Kafka: native is Spark's format('kafka'), python the package's Data Source, auto the first available",
+        allowed="auto, python, native",
+    )
+    transform: str | None = _field(
+        None,
+        doc="a function applied to each batch's DataFrame before the sink",
+        allowed="'package.module:function' or null",
+    )
+    executor_cores: int = _field(1, doc="cores per executor (spark.executor.cores)", allowed=">= 1")
+    executor_memory: str | None = _field(None, doc="spark.executor.memory, e.g. '4g'; null: Spark's default")
+    driver_memory: str | None = _field(None, doc="spark.driver.memory; null: Spark's default")
+    spark_conf: dict[str, str] = _field(
+        factory=dict, doc="more Spark settings for each batch", allowed="an object of strings"
+    )
+    stall_timeout_s: float = _field(
+        120.0,
+        doc="a read that makes no progress this long fails the batch",
+        allowed="> 0 and shorter than the batch timeout",
+    )
+    batch_timeout_s: float | None = _field(
+        None,
+        doc="a batch's Spark work is stopped after this many seconds; null: 5 batch intervals, at least 600 s",
+        allowed="> 0 or null",
+    )
+    reader_options: dict[str, Any] = _field(
+        factory=dict,
+        doc="reader and sink options: client (auto, confluent, kafka-python), writer (auto, spark, arrow), parquet_compression, parquet_plain_columns, maxRecordsPerPartition, minPartitions",
+        allowed="an object",
+    )
+    replay_interval_s: float | None = _field(
+        None,
+        doc="how often the replay DAG looks for failed batches; null: 5 batch intervals",
+        allowed=">= 1 or null",
+    )
+    stale_after_s: float | None = _field(
+        None,
+        doc="a batch planned or running this long without finishing is replayable; null: 24 hours",
+        allowed="> the batch timeout, or null",
+    )
+    lease_s: float | None = _field(
+        None,
+        doc="a running batch whose worker showed no sign of life this long is replayable; null: 120 s",
+        allowed="> 0 or null",
+    )
+    kafka_timeout_s: float = _field(
+        30.0, doc="bound of each broker call of the plan, record and replay tasks", allowed="> 0"
+    )
+    task_timeout_s: float | None = _field(
+        None,
+        doc="execution_timeout of the plan, record and scale tasks; null: max(2 batch intervals, 10 × kafka_timeout_s)",
+        allowed="> 0 or null",
+    )
+    replay_deferrable: bool = _field(
+        True, doc="the replay sensor waits in the triggerer, not in a worker slot"
+    )
+    sink_on_shared_filesystem: bool = _field(
+        False,
+        doc="a local sink path under a Spark master whose executors may run on other hosts is refused at plan "
+        "time (each host would write to its own disk); true says the path is one shared filesystem (NFS …) "
+        "mounted at the same place on every host",
+    )
+    ledger_keep_batches: int | None = _field(
+        DEFAULT_LEDGER_KEEP_BATCHES,
+        doc="the record task prunes this pipeline's finished batches beyond the newest N from the ledger "
+        "(never past a partition's commit or head, never an unfinished batch); null: keep every batch",
+        allowed=">= 1 or null",
+    )
+    ledger_keep_days: float | None = _field(
+        None,
+        doc="with pruning, only batches that ended more than this many days ago are deleted; null: no age limit",
+        allowed="> 0 or null",
+    )
+    start_date: str = _field("2026-01-01", doc="the DAGs' start_date (ISO date)")
+    tags: tuple[str, ...] = _field((), doc="extra DAG tags", allowed="a list of strings")
 
     def __post_init__(self) -> None:
         def bad(key: str, value: Any, rule: str) -> ValueError:

@@ -15,6 +15,10 @@ from .deferrable import DeferrablePollingSensor
 class KafkaLagSensor(DeferrablePollingSensor):
     """Succeed when any threshold is crossed; return ``{"reasons": [...], "report": {...}}`` (XCom).
 
+    ``deferrable`` (a keyword of the base sensor): wait in the triggerer
+    (:class:`~..triggers.kafka_lag.KafkaLagTrigger`, which stores connection ids, never URLs)
+    instead of a worker slot.
+
     :param pipeline: the pipeline (its topics, consumer group, Kafka and ledger connections).
     :param max_lag_records: fire when the pipeline's total lag (latest - committed position, summed
         over its partitions) is above this.
@@ -23,8 +27,6 @@ class KafkaLagSensor(DeferrablePollingSensor):
     :param retention_margin_records: fire when a partition with unread data has its position within
         this many records of the earliest offset the broker still keeps (0: at it, or past it).
     :param broker_timeout_s: bound of every broker request of one check.
-    :param deferrable: wait in the triggerer (:class:`~..triggers.kafka_lag.KafkaLagTrigger`, which
-        stores connection ids, never URLs) instead of a worker slot.
     """
 
     ui_color = "#fde2e4"
