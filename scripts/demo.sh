@@ -100,7 +100,7 @@ airflow db migrate > "$DEMO/airflow-migrate.log" 2>&1
 # the PID's rate can be watched climbing to the sustainable rate. Kept if it exists (user edits).
 if ! airflow variables get kbp.demo.settings > /dev/null 2>&1; then
     airflow variables set kbp.demo.settings '{"initial_rate": 100, "min_rate": 10}' \
-        --description "Gains and limits of the demo pipeline (see the provider's README)" > /dev/null
+        --description "Gains and limits of the demo pipeline (see docs/reference/configuration.md)" > /dev/null
 fi
 
 if [[ "$ENGINE" == connect ]]; then  # started above; ready in ~10-30 s, before Airflow's first batch

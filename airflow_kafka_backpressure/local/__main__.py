@@ -10,8 +10,8 @@
 ``broker`` runs Apache Kafka (KRaft, one node; jars fetched from Maven Central once) in the
 foreground until SIGTERM/SIGINT and prints its bootstrap address once it answers metadata; its data
 and log are in ``--work-dir``. ``--tansu`` runs the Tansu broker of the ``local`` extra instead (a
-Kafka-protocol broker in memory, starting in milliseconds, with deviations from Kafka: see the
-README). ``spark-connect`` does the same for a Spark Connect server (the connect engine's
+Kafka-protocol broker in memory, starting in milliseconds, with deviations from Kafka: see
+docs/limitations.md). ``spark-connect`` does the same for a Spark Connect server (the connect engine's
 ``spark_connect`` connection: host ``sc://127.0.0.1``, the printed port), with Spark's Kafka
 connector on its classpath unless ``--no-kafka-connector``. ``spark-conf`` writes a
 ``spark-defaults.conf`` into ``--dir`` that puts the connector's cached jars on every Spark started

@@ -29,7 +29,7 @@ any path Spark's writer takes: a local path, ``s3a://`` with hadoop-aws. Concurr
 local or HDFS path Delta's commit (an atomic create of ``_delta_log/<v>.json``) is safe among any
 number of writers; on S3 the default LogStore (``S3SingleDriverLogStore``) is safe for one driver
 at a time only: two drivers committing the same table version at once can overwrite each other's
-log entry (see the README).
+log entry (see docs/sinks.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The default writer (:func:`.sink.write_batch` with a DataFrame) sends every reco
 reader into the JVM as Arrow, converts it to Spark rows and has Spark's Parquet writer encode them.
 When the batch is the raw Kafka records (no transform) that round trip does nothing for the
 output: here the Python task that read a range writes it with pyarrow's Parquet writer, in the same
-process, and the records never enter the JVM. Measured with a batching producer (README, "Batch
+process, and the records never enter the JVM. Measured with a batching producer (docs/benchmarks.md, "Batch
 engines"), this is the difference between Spark's row path and none.
 
 The Spark job is ``spark.range(k, numPartitions=k).mapInArrow(...)``, in a classic session or over

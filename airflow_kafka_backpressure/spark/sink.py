@@ -450,7 +450,7 @@ def register(spark: Any) -> None:
 #: partition, and keys and values nearly always are within a batch. Parquet's writer builds a
 #: dictionary for each column chunk's first pages and, for such columns, throws it away once it
 #: outgrows its limit, writing the same PLAIN pages it would have written without one. Measured in
-#: interleaved A/B runs (1,000 records per producer batch, local[1]; README "Batch engines"): the
+#: interleaved A/B runs (1,000 records per producer batch, local[1]; docs/benchmarks.md): the
 #: Parquet write's cost over a no-op sink fell from 0.24 s to 0.10 s per 100,000 records.
 PLAIN_COLUMNS: tuple[str, ...] = ("key", "value", "offset")
 

@@ -1,7 +1,7 @@
 """A short soak in CI: ``bench/soak.py`` for a few batches with random faults (a fixed seed), as a
 subprocess with its own broker, PostgreSQL ledger and ``airflow standalone``. It fails unless every
 produced record is in the sink exactly once, the group is committed to the end and no batch is
-left unfinished (the script's exit status). The 200-batch run's figures are in the README."""
+left unfinished (the script's exit status). The 200-batch run's figures are in docs/benchmarks.md."""
 
 from __future__ import annotations
 

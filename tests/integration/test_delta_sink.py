@@ -252,7 +252,7 @@ def test_a_commit_of_another_row_count_than_was_read_fails(delta_spark, tmp_path
 def test_delta_commits_through_an_atomic_create_on_local_paths_and_a_single_driver_store_on_s3a(
     delta_spark, tmp_path
 ):
-    """The LogStore Delta picks by the path's scheme (what the README's guarantees per store rest
+    """The LogStore Delta picks by the path's scheme (what docs/sinks.md's guarantees per store rest
     on): HDFSLogStore (create-if-absent by rename) for file: and hdfs:, S3SingleDriverLogStore
     (mutual exclusion only within one driver's memory) for s3a: and s3:."""
     jvm = delta_spark._jvm

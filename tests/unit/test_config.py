@@ -91,7 +91,7 @@ def test_mode_and_cost_keys():
     p = s.cost_params()
     assert (p.target_ratio, p.max_ratio, p.drain_horizon_s, p.window_batches) == (0.7, 0.95, 600.0, 20)
     assert s.rate_limits().max_records_per_batch == 50_000
-    assert ControllerSettings().mode == "cost"  # the bench's winner (README: "Control modes")
+    assert ControllerSettings().mode == "cost"  # the bench's winner (docs/benchmarks.md)
 
 
 def test_the_gains_reach_the_cost_mode_and_the_wait_keys_default_off():

@@ -24,6 +24,7 @@ PURE_MODULES = [
     "airflow_kafka_backpressure.models",
     "airflow_kafka_backpressure.config",
     "airflow_kafka_backpressure.pipeline",
+    "airflow_kafka_backpressure.docs_reference",
     "airflow_kafka_backpressure.kafka.config",
     # the range reader runs in plain Python too (the bench); Kafka clients are imported per read
     "airflow_kafka_backpressure.spark.range_split",
