@@ -4,8 +4,8 @@ mode (client, or cluster on YARN/Kubernetes where the driver runs on another mac
 
 * ``spec.json`` — the :class:`~.models.JobSpec`, written by the worker. Its Kafka client properties
   (credentials, possibly) are **sealed**: XORed with a one-time random key of the same length that
-  never touches the filesystem — the worker hands it to spark-submit in the environment variable
-  :data:`SPEC_KEY_ENV`. The driver deletes the file as soon as it has read it, so even the sealed
+  never touches a shared filesystem or a command line — the driver finds it in the environment
+  variable :data:`SPEC_KEY_ENV` (:func:`~.engines.submit.key_route`). The driver deletes the file as soon as it has read it, so even the sealed
   copy lives only until the job has started.
 * ``metrics.json`` — the driver's :class:`~.models.BatchMetrics` when the batch committed, or
 * ``error.json`` — ``{"error": message}`` when it failed with a known cause.
@@ -30,7 +30,9 @@ SPEC_NAME = "spec.json"
 METRICS_NAME = "metrics.json"
 ERROR_NAME = "error.json"
 #: Environment variable that carries the key of the sealed Kafka properties to the driver.
-SPEC_KEY_ENV = "KBP_SPEC_KEY"
+#: Its name holds "SECRET", so Spark's redaction pattern hides it where it shows a setting
+#: (``spark.yarn.appMasterEnv.KBP_SPEC_SECRET`` in YARN cluster mode: its UI, its event log).
+SPEC_KEY_ENV = "KBP_SPEC_SECRET"
 #: Environment variable that carries the PID of the process that ran ``spark-submit`` (client mode):
 #: the driver ends its application when that process is gone (:mod:`.spark.launcher_watch`).
 LAUNCHER_PID_ENV = "KBP_LAUNCHER_PID"
@@ -92,7 +94,7 @@ def take_spec(uri: str, key: str | None) -> JobSpec:
         if not key:
             raise HandoffError(
                 f"the job spec's Kafka properties are sealed but {SPEC_KEY_ENV} is not set in the driver's "
-                "environment (cluster mode: spark.yarn.appMasterEnv / spark.kubernetes.driverEnv)"
+                "environment (YARN cluster mode: spark.yarn.appMasterEnv)"
             )
         d["kafka"] = unseal(d["kafka"], key)
     try:

@@ -144,3 +144,34 @@ def spark_conf_defaults(
     for key in java_keys:
         out[key] = _with_tmpdir(user.get(key), tmp)
     return out
+
+
+def spark_defaults(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings of the ``spark-defaults.conf`` that spark-submit would read
+    (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``, else the installed pyspark's ``conf``).
+
+    ``spark-submit --properties-file`` reads that file *instead* of ``spark-defaults.conf``, so a
+    properties file written for secrets starts with these: a cluster's defaults still apply.
+    Java properties syntax: ``key value`` or ``key=value`` (or ``:``), ``#``/``!`` comments."""
+    env = os.environ if environ is None else environ
+    conf_dir = env.get("SPARK_CONF_DIR") or os.path.join(env.get("SPARK_HOME") or pyspark_home(), "conf")
+    path = Path(conf_dir) / "spark-defaults.conf"
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":"), _first_space(line)) if i >= 0), default=-1)
+        if cut < 0:
+            out[line] = ""
+        else:
+            out[line[:cut].strip()] = line[cut + 1 :].strip().lstrip("=:").strip()
+    return out
+
+
+def _first_space(line: str) -> int:
+    return next((i for i, c in enumerate(line) if c in " \t"), -1)

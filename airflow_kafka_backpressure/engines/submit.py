@@ -1,14 +1,28 @@
 """The submit engine: one Spark application per batch, through the Spark provider's SparkSubmitHook.
 
 Every attempt gets a hand-off directory under the sink (:mod:`airflow_kafka_backpressure.handoff`):
-the worker writes the spec there (Kafka properties sealed, the key in the driver's environment), the
-driver takes it, runs :func:`~airflow_kafka_backpressure.spark.job.run_batch` and leaves its metrics
+the worker writes the spec there (Kafka properties sealed, the key in the driver's environment, see
+below), the driver takes it, runs :func:`~airflow_kafka_backpressure.spark.job.run_batch` and leaves its metrics
 or its error there. Client and cluster deploy mode (YARN, Kubernetes) take the same path, so every
 test of this engine exercises what cluster mode needs. The worker removes the directory and its
 local scratch directory when the job ends.
 
 Spark settings whose names hold secrets (Spark's own redaction pattern plus Azure account keys) are
 passed in a private ``--properties-file``, never as ``--conf`` on the command line.
+
+The spec's key never goes on a command line (:func:`key_route`). The provider's hook turns its
+``env_vars`` into ``--conf spark.yarn.appMasterEnv.*`` / ``spark.kubernetes.driverEnv.*`` for YARN and
+Kubernetes masters (client mode included), where ``ps``, the task log and the Spark UI show them, so
+the engine never uses ``env_vars``:
+
+* client mode, any master: the driver runs inside spark-submit, which gets the key in its process
+  environment (``Popen(env=...)`` through ``hook.submit``);
+* cluster mode on YARN: the driver is the application master; the key goes in the private properties
+  file as ``spark.yarn.appMasterEnv.KBP_SPEC_SECRET``, a name Spark's redaction pattern hides in its UI
+  and event log;
+* cluster mode on Kubernetes: refused. Spark would write the key into the driver pod's spec
+  (``spark.kubernetes.driverEnv``), readable by whoever can read pods; use client mode or the connect
+  engine.
 
 Stopping (timeout, ``on_kill``, the task's supervisor gone): the spark-submit process this attempt
 started and everything under it get SIGTERM (the JVM's shutdown hooks clean its temporary
@@ -37,7 +51,7 @@ from typing import Any
 from .. import handoff
 from ..models import BatchMetrics, JobSpec
 from . import BatchJobError, Engine
-from .environment import spark_conf_defaults, spark_submit_env
+from .environment import spark_conf_defaults, spark_defaults, spark_submit_env
 from .process import child_ids, new_children, stop_processes, with_descendants
 
 log = logging.getLogger(__name__)
@@ -144,6 +158,27 @@ def write_properties_file(path: Path, conf: Mapping[str, str]) -> str:
     return str(path)
 
 
+def key_route(master: str, deploy_mode: str) -> str:
+    """How the spec's key reaches the driver: ``"process-env"`` (client mode: spark-submit's own
+    environment) or ``"yarn-properties-file"`` (YARN cluster mode). Raises ``ValueError`` with the fix
+    where no route keeps it off a command line and out of a pod spec."""
+    if (deploy_mode or "client") != "cluster":
+        return "process-env"
+    if master.startswith("yarn"):
+        return "yarn-properties-file"
+    if master.startswith("k8s://"):
+        raise ValueError(
+            f"the submit engine does not run in cluster deploy mode on Kubernetes ({master}): the key of the "
+            "job spec's sealed Kafka properties would be written into the driver pod's spec "
+            "(spark.kubernetes.driverEnv), readable by anyone who can read pods. Set the Spark connection's "
+            "deploy-mode to client (the driver runs in the Airflow worker), or use the connect engine"
+        )
+    raise ValueError(
+        f"cluster deploy mode is supported on YARN only (master {master}); set the Spark connection's "
+        "deploy-mode to client, or use the connect engine"
+    )
+
+
 def exit_description(error: BaseException | None) -> str:
     """What a failed spark-submit call says about the process's end (never its command line)."""
     if error is None:
@@ -213,6 +248,10 @@ class SubmitEngine(Engine):
                 f"Spark refuses Python applications in cluster deploy mode on a standalone master ({self.master}); "
                 "set the Spark connection's deploy-mode to client, or use the connect engine",
             )
+        try:
+            route = key_route(self.master, self.deploy_mode)
+        except ValueError as e:
+            raise BatchJobError(plan.batch_id, str(e)) from None
         attempt = f"{plan.pipeline}-batch-{plan.batch_id}-{spec.token}"
         work = self.work_root / "work" / attempt
         job = handoff.job_dir(plan.sink, attempt)
@@ -229,21 +268,31 @@ class SubmitEngine(Engine):
                     conf.setdefault(k, v)  # a user's own setting wins
                 else:
                     conf[k] = v
-            env = {handoff.SPEC_KEY_ENV: key}
-            if not self.cluster_mode:
+            popen_env: dict[str, str] | None = None
+            if route == "process-env":
                 # the driver runs under this process: it ends the application if this process dies
                 # (and removes this attempt's hand-off and scratch directories, which this process no longer can)
-                env = {**env, handoff.LAUNCHER_PID_ENV: str(os.getpid()), handoff.SCRATCH_DIR_ENV: str(work)}
-                env = spark_submit_env(work, env, local_only=local_only)
+                env = {
+                    handoff.SPEC_KEY_ENV: key,
+                    handoff.LAUNCHER_PID_ENV: str(os.getpid()),
+                    handoff.SCRATCH_DIR_ENV: str(work),
+                }
+                popen_env = {**os.environ, **spark_submit_env(work, env, local_only=local_only)}
+            else:
+                secret = {**secret, f"spark.yarn.appMasterEnv.{handoff.SPEC_KEY_ENV}": key}
             hook = self.make_hook(
                 conf=conf,
-                properties_file=write_properties_file(work / "secret.properties", secret) if secret else None,
+                # spark-submit reads a properties file instead of spark-defaults.conf: the defaults go first
+                properties_file=(
+                    write_properties_file(work / "secret.properties", {**spark_defaults(), **secret})
+                    if secret
+                    else None
+                ),
                 py_files=package_zip(self.work_root / "dist"),
                 executor_memory=self.executor_memory,
                 driver_memory=self.driver_memory,
                 name=f"kbp-{plan.pipeline}-batch-{plan.batch_id}",
                 application_args=["--spec", spec_uri],
-                env_vars=env,
             )
             if self.stop_reason is None:
                 self._hook = hook
@@ -256,7 +305,10 @@ class SubmitEngine(Engine):
                     self.executors,
                 )
                 try:
-                    hook.submit(application=job_script_path())
+                    if popen_env is None:
+                        hook.submit(application=job_script_path())
+                    else:  # Popen's environment: never the hook's env_vars (see the module's doc)
+                        hook.submit(application=job_script_path(), env=popen_env)
                 except Exception as e:  # noqa: BLE001 - described below, never with its command line
                     failure = e
                 result = handoff.read_result(job)

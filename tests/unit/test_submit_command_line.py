@@ -1,0 +1,149 @@
+"""Issue 20, item 2: the job spec's key never reaches a command line, whatever the master.
+
+The Spark provider's own ``SparkSubmitHook`` builds each command here (it is not run): for YARN and
+Kubernetes masters the hook turns ``env_vars`` into ``--conf spark.yarn.appMasterEnv.*`` /
+``spark.kubernetes.driverEnv.*``, so the engine must hand the key over another way."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+from airflow_kafka_backpressure import handoff
+from airflow_kafka_backpressure.engines import BatchJobError
+from airflow_kafka_backpressure.engines.environment import spark_defaults
+from airflow_kafka_backpressure.engines.submit import SubmitEngine
+from airflow_kafka_backpressure.models import BatchPlan, JobSpec, OffsetRange
+
+PASSWORD = "pl4nted-kafka-p4ssword"
+
+
+class _Captured(SparkSubmitHook):
+    """The provider's hook, stopped where it would start spark-submit: what it would run, with which
+    environment, and the properties file and spec as they are at that moment."""
+
+    seen: list[dict] = []
+
+    def submit(self, application: str = "", **kwargs):
+        cmd = self._build_spark_submit_command(application)
+        props = cmd[cmd.index("--properties-file") + 1] if "--properties-file" in cmd else None
+        spec_uri = cmd[cmd.index("--spec") + 1]
+        env = kwargs.get("env") or {**(self._env or {})}
+        self.seen.append(
+            {
+                "cmd": cmd,
+                "masked": self._mask_cmd(cmd),
+                "env": env,
+                "properties": Path(props).read_text() if props else "",
+                "spec": json.loads(Path(spec_uri).read_text()),
+            }
+        )
+        return None
+
+
+def _submit(monkeypatch, tmp_path, conn_id: str, master: str, deploy_mode: str) -> dict:
+    extra = {"deploy-mode": deploy_mode}
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "spark", "host": master, "extra": extra})
+    )
+    _Captured.seen = []
+    engine = SubmitEngine(
+        lambda **kw: _Captured(conn_id=conn_id, **kw),
+        master=master,
+        deploy_mode=deploy_mode,
+        work_root=tmp_path / "work",
+        executors=2,
+        spark_conf={"spark.hadoop.fs.s3a.secret.key": "s3-s3cret", "spark.sql.shuffle.partitions": "4"},
+    )
+    plan = BatchPlan("p", 7, "r", (OffsetRange("t", 0, 0, 10),), str(tmp_path / "sink"), 1000, 0)
+    spec = JobSpec(
+        plan=plan,
+        kafka={"bootstrap.servers": "b:9093", "sasl.mechanism": "SCRAM-SHA-512", "sasl.password": PASSWORD},
+        launched_at_ms=1,
+    )
+    # the captured hook does not run the driver, so no result comes back: the batch fails as it would
+    with pytest.raises(BatchJobError, match="left no result"):
+        engine.run(spec)
+    (seen,) = _Captured.seen
+    return seen
+
+
+def _key_in(seen: dict, key: str) -> str:
+    return handoff.unseal(seen["spec"]["kafka"], key)["sasl.password"]
+
+
+@pytest.mark.parametrize(
+    "master", ["yarn", "k8s://https://api.example:6443", "spark://127.0.0.1:7077", "local[2]"]
+)
+def test_client_mode_hands_the_key_over_in_spark_submits_environment_only(monkeypatch, tmp_path, master):
+    seen = _submit(monkeypatch, tmp_path, "spark_client", master, "client")
+    key = seen["env"][handoff.SPEC_KEY_ENV]
+    assert _key_in(seen, key) == PASSWORD  # the driver, which runs inside spark-submit, can unseal
+    line = " ".join(seen["cmd"])
+    assert key not in line and handoff.SPEC_KEY_ENV not in line, seen["masked"]
+    assert PASSWORD not in line and "s3-s3cret" not in line
+    assert "appMasterEnv" not in line and "driverEnv" not in line
+    assert key not in seen["properties"]
+    assert "s3-s3cret" in seen["properties"]  # secret Spark settings: the private file, as before
+
+
+def test_yarn_cluster_mode_hands_the_key_over_in_the_private_properties_file(monkeypatch, tmp_path):
+    seen = _submit(monkeypatch, tmp_path, "spark_yarn_cluster", "yarn", "cluster")
+    line = " ".join(seen["cmd"])
+    assert handoff.SPEC_KEY_ENV not in line and "appMasterEnv" not in line, seen["masked"]
+    assert handoff.SPEC_KEY_ENV not in seen["env"]
+    entry = f"spark.yarn.appMasterEnv.{handoff.SPEC_KEY_ENV}="
+    (prop,) = [ln for ln in seen["properties"].splitlines() if ln.startswith(entry)]
+    key = prop[len(entry) :].replace("\\=", "=")
+    assert key not in line
+    assert _key_in(seen, key) == PASSWORD
+    # Spark's default redaction pattern hides the setting in its UI and event log
+    assert "secret" in handoff.SPEC_KEY_ENV.lower()
+
+
+def test_kubernetes_cluster_mode_is_refused_before_anything_is_written(monkeypatch, tmp_path):
+    conn_id = "spark_k8s_cluster"
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}",
+        json.dumps(
+            {"conn_type": "spark", "host": "k8s://https://api:6443", "extra": {"deploy-mode": "cluster"}}
+        ),
+    )
+    _Captured.seen = []
+    engine = SubmitEngine(
+        lambda **kw: _Captured(conn_id=conn_id, **kw),
+        master="k8s://https://api:6443",
+        deploy_mode="cluster",
+        work_root=tmp_path / "work",
+        executors=1,
+    )
+    plan = BatchPlan("p", 7, "r", (OffsetRange("t", 0, 0, 10),), str(tmp_path / "sink"), 1000, 0)
+    spec = JobSpec(plan=plan, kafka={"sasl.password": PASSWORD}, launched_at_ms=1)
+    with pytest.raises(BatchJobError, match=r"(?s)Kubernetes.*pod.*deploy-mode to client.*connect engine"):
+        engine.run(spec)
+    assert _Captured.seen == [] and not (tmp_path / "sink").exists()
+
+
+def test_a_properties_file_keeps_the_clusters_spark_defaults(monkeypatch, tmp_path):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text(
+        "# a cluster's defaults\n"
+        "spark.yarn.queue   etl\n"
+        "spark.eventLog.enabled=true\n"
+        "! another comment\n"
+        "spark.master: yarn\n"
+    )
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    assert spark_defaults() == {
+        "spark.yarn.queue": "etl",
+        "spark.eventLog.enabled": "true",
+        "spark.master": "yarn",
+    }
+    seen = _submit(monkeypatch, tmp_path, "spark_defaults_kept", "yarn", "client")
+    assert "spark.yarn.queue=etl" in seen["properties"].splitlines()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "nowhere"))
+    assert spark_defaults() == {}
