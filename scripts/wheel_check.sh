@@ -23,6 +23,7 @@ PYTHON="${PYTHON:-python3}"            # the clean venv's interpreter
 BUILD_PYTHON="${BUILD_PYTHON:-$ROOT/.venv/bin/python}"  # has build and twine (the dev extra)
 PKG=airflow_kafka_backpressure
 DIST=airflow-provider-kafka-backpressure
+unset PYTHONPATH # neither the builds nor the venv may see the checkout (or anything else) through it
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/kbp-wheel-check.XXXXXX")"
 cleanup() { if [[ -n "${KBP_KEEP_WHEEL_CHECK:-}" ]]; then echo "wheel_check: kept $WORK"; else rm -rf "$WORK"; fi; }
@@ -54,7 +55,7 @@ mkdir -p "$WORK/src"
     git ls-files -z --cached --others --exclude-standard |
         while IFS= read -r -d '' f; do
             # deleted but still tracked files are not there; .venv is a symlink .gitignore's '.venv/' misses
-            [[ -e "$f" && "$f" != .venv ]] && printf '%s\0' "$f"
+            if [[ -e "$f" && "$f" != .venv ]]; then printf '%s\0' "$f"; fi
         done |
         tar --null -T - -cf - | tar -C "$WORK/src" -xf -
 )
@@ -138,7 +139,7 @@ grep -qx 'include-system-site-packages = false' "$WORK/venv/pyvenv.cfg" || fail 
 step "installing the wheel with -c constraints.txt"
 t=$(date +%s)
 run "pip install of the wheel with -c constraints.txt" pip.log \
-    env -u PYTHONPATH PIP_DISABLE_PIP_VERSION_CHECK=1 "$VPY" -m pip install --no-compile -c "$ROOT/constraints.txt" "$WHEEL"
+    env PIP_DISABLE_PIP_VERSION_CHECK=1 "$VPY" -m pip install --no-compile -c "$ROOT/constraints.txt" "$WHEEL"
 # (pip 23 prints "Downloading" for files its HTTP cache serves too; "Using cached" is its wheel cache)
 ok "pip install of the wheel and its $(grep -c '^Collecting' "$WORK/logs/pip.log" || true) requirements in $(($(date +%s) - t)) s"
 installed=$("$VPY" -m pip show "$DIST" 2>/dev/null | sed -n 's/^Version: //p')
@@ -148,7 +149,6 @@ ok "$DIST $installed installed; apache-airflow $("$VPY" -m pip show apache-airfl
 # --- 4. Airflow and the installed package -------------------------------------------------------
 export AIRFLOW_HOME="$WORK/airflow_home"
 mkdir -p "$AIRFLOW_HOME" "$WORK/cwd"
-unset PYTHONPATH
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 cd "$WORK/cwd" # the checkout is not on sys.path from here
 AIRFLOW="$WORK/venv/bin/airflow"
