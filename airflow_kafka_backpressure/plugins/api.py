@@ -25,6 +25,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from ..pipeline import DEFAULT_STALE_AFTER_S
 from . import page as page_html
 from . import views
 from .auth import authenticated_user, require_pipeline
@@ -40,7 +41,7 @@ app = FastAPI(
 
 _Limit = Query(views.DEFAULT_LIMIT, ge=1, le=views.MAX_LIMIT, description="newest batches to return")
 _StaleAfter = Query(
-    views.DEFAULT_STALE_AFTER_S,
+    DEFAULT_STALE_AFTER_S,
     gt=0,
     description="planned/running batches idle this long (s) count as replayable",
 )
@@ -150,7 +151,7 @@ def page(
             boot["error"] = f"Pipeline {pipeline!r} is not in the ledger or you may not read it."
         if selected is not None:
             boot["selected"] = selected
-            boot["overview"] = views.overview(user, ledger, selected, limit, views.DEFAULT_STALE_AFTER_S)
+            boot["overview"] = views.overview(user, ledger, selected, limit, DEFAULT_STALE_AFTER_S)
     except HTTPException as e:
         boot.update(pipelines=[], ledger=views.ledger_description(), error=str(e.detail))
     body, headers = page_html.render(boot)
