@@ -10,7 +10,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 #: How a batch's data is written (``options["writer"]``): ``spark`` — Spark's Parquet writer, after
 #: the transform if any; ``arrow`` — each reading task writes its range with pyarrow, no transform
@@ -49,6 +49,9 @@ class TopicPartition(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+_Range = TypeVar("_Range", bound="OffsetRange")
 
 
 @dataclass(frozen=True, order=True)
@@ -91,7 +94,7 @@ class OffsetRange:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> OffsetRange:
+    def from_dict(cls: type[_Range], d: dict[str, Any]) -> _Range:
         return cls(str(d["topic"]), int(d["partition"]), int(d["from_offset"]), int(d["until_offset"]))
 
     def __str__(self) -> str:

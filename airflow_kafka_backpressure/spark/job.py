@@ -277,7 +277,7 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
         "transform": spec.transform,
         "writer": writer,
     }
-    write_data = None
+    write_data: Callable[[str], Any] | None = None
     if not any(r.count > 0 for r in plan.ranges) and spec.transform is None:
         # nothing to read: no Spark job, the commit writes the schema-only file (executors 0)
         out = spark.createDataFrame([], KAFKA_SCHEMA)

@@ -223,7 +223,9 @@ class ConfluentFetcher:
 
         self._KafkaError = KafkaError
         self._KafkaException = KafkaException
-        self._Message = Message
+        # Any: the stubs type offset() and headers() for produced messages too (None before delivery,
+        # str values); a consumed message has both
+        self._Message: Any = Message
         cfg = confluent_consumer_config(kafka_props, source=source)
         self._servers = cfg["bootstrap.servers"]
         self._errors: list[Any] = []  # client-level errors, reported during consume()
@@ -344,8 +346,8 @@ class ConfluentFetcher:
             self.last_error = self._errors[-1]
         if self.last_error is None:
             return found
-        e = self.last_error
-        return found._replace(text=f"{found.text}; the client last reported {e.name()}: {e.str()}")
+        err = self.last_error
+        return found._replace(text=f"{found.text}; the client last reported {err.name()}: {err.str()}")
 
     def close(self) -> None:
         self._consumer.close()
