@@ -86,7 +86,7 @@ class PlanOffsetRangesOperator(PipelineOperator):
         stored = ledger.get_plan(p.name, run_id)
         if stored is not None:
             self.log.info("Run %s already has batch %s: reusing its ranges", run_id, stored.batch_id)
-            return stored.to_dict()
+            return stored.to_xcom()
 
         refusal = sink_refusal(p, self._spark_master())
         if refusal:
@@ -171,7 +171,7 @@ class PlanOffsetRangesOperator(PipelineOperator):
         if warning:
             self.log.warning("Pipeline %s: %s", p.name, warning)
         self._remember(settings, {**decision.to_dict(), "batch_id": plan.batch_id, "planned_at_ms": now_ms})
-        return plan.to_dict()
+        return plan.to_xcom()
 
     def _remember(self, settings: Any, last_plan: dict[str, Any]) -> None:
         """Keep what planned in the controller state (under its lock): the page shows the active

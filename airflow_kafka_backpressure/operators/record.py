@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import Context
 
-from ..models import BatchMetrics, BatchPlan
+from ..models import RETURN_VALUE_KEY, BatchMetrics, BatchPlan
 from ..pipeline import PipelineConfig
 from .base import PipelineOperator
 from .common import (
@@ -59,34 +60,41 @@ class RecordBatchMetricsOperator(PipelineOperator):
     saved to the pipeline's controller Variable; the cost model's fixed-cost warning is logged and
     stored there. The consumer group is committed only up to the end of the contiguous run of
     finished ranges, never past a failed one.
+
+    The metrics are the return value of the task ``ingest_task_id`` (:meth:`BatchMetrics.to_xcom`),
+    pulled from XCom as it was pushed — not rendered through a Jinja template, which would turn the
+    dict into its string — or ``metrics`` given directly (a :class:`BatchMetrics` or its dict).
     """
 
-    template_fields = (*PipelineOperator.template_fields, "metrics")
     ui_color = "#eaf7ea"
 
     def __init__(
         self,
         *,
         pipeline: PipelineConfig | dict[str, Any],
-        metrics: Any = "{{ ti.xcom_pull(task_ids='ingest') }}",
+        metrics: BatchMetrics | Mapping[str, Any] | None = None,
+        ingest_task_id: str = "ingest",
         **kwargs: Any,
     ) -> None:
         super().__init__(pipeline=pipeline, **kwargs)
-        self.metrics = metrics
+        if isinstance(metrics, str):
+            raise TypeError(
+                f"{self.task_id}: metrics must be a dict or BatchMetrics, not a string (a Jinja template "
+                "renders a dict as its repr); to read another task's metrics, pass ingest_task_id"
+            )
+        self.metrics = (
+            metrics
+            if metrics is None or isinstance(metrics, BatchMetrics)
+            else BatchMetrics.from_dict(dict(metrics))
+        )
+        self.ingest_task_id = ingest_task_id
 
-    def _metrics(self) -> BatchMetrics:
-        import ast
-        import json
-
-        value = self.metrics
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                value = ast.literal_eval(value)  # a rendered Python dict
-        if not isinstance(value, dict):
-            raise ValueError(f"metrics must be the ingest task's XCom (a dict), got {type(value).__name__}")
-        return BatchMetrics.from_dict(value)
+    def _metrics(self, context: Context) -> BatchMetrics:
+        """The batch's metrics: ``metrics`` if given, else the ingest task's XCom."""
+        if self.metrics is not None:
+            return self.metrics
+        pushed = context["ti"].xcom_pull(task_ids=self.ingest_task_id, key=RETURN_VALUE_KEY)
+        return BatchMetrics.from_xcom(pushed, task_id=self.ingest_task_id, key=RETURN_VALUE_KEY)
 
     def _prune(self, ledger: Any) -> int | None:
         """Apply the pipeline's ledger retention (``ledger_keep_batches``/``ledger_keep_days``) after
@@ -116,7 +124,7 @@ class RecordBatchMetricsOperator(PipelineOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         p = self.pipeline
-        metrics = self._metrics()
+        metrics = self._metrics(context)
         settings = load_settings(p)
         ledger = self.ledger
         plan = ledger.get_plan(p.name, context["run_id"])
