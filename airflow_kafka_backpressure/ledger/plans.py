@@ -12,8 +12,8 @@ from . import bookkeeping
 from .base import LedgerBase, first_line, now_ms
 from .chain import ChainSegment, chain_segments
 from .losses import record_spans
-from .schema import batch_table, range_table
-from .states import LOST, PLANNED, LedgerConflict
+from .schema import batch_table, loss_table, partition_table, range_table
+from .states import FINISHED_BATCH_STATUSES, LOST, PLANNED, LedgerConflict
 
 __all__ = ["PlansMixin"]
 
@@ -178,9 +178,6 @@ class PlansMixin(LedgerBase):
         topic's chains. Refused (:class:`LedgerConflict`, naming the batches) while an unfinished
         batch still reads the old topic: replay or abandon it first. Returns the ranges moved."""
         from sqlalchemy import delete, insert
-
-        from .schema import loss_table, partition_table
-        from .states import FINISHED_BATCH_STATUSES
 
         with self.engine.begin() as conn:
             unfinished = sorted(

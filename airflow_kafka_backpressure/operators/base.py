@@ -15,6 +15,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ..hooks.kafka_offsets import KafkaOffsetsHook
+from ..hooks.ledger import LedgerHook
 from ..pipeline import PipelineConfig
 
 
@@ -55,13 +57,11 @@ class PipelineOperator(BaseOperator):
 
     @cached_property
     def kafka_hook(self) -> Any:
-        from ..hooks.kafka_offsets import KafkaOffsetsHook
 
         return KafkaOffsetsHook(self.kafka_conn_id, timeout_s=self._pipeline.kafka_timeout_s)
 
     @cached_property
     def ledger_hook(self) -> Any:
-        from ..hooks.ledger import LedgerHook
 
         return LedgerHook(self.ledger_conn_id)
 

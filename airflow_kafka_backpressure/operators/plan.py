@@ -11,6 +11,7 @@ from .._fault_points import after_plan
 from ..control.allocation import plan_ranges, starting_positions
 from ..control.controller import COST, PlanDecision, Waiting, wait_for_data
 from ..control.cost_mode import ARRIVAL_WINDOW_PLANS, PlanInputs, arrival_rate, records_for_fixed_share
+from ..hooks.spark_batch import SparkBatchHook
 from ..ledger import Ledger
 from ..models import TopicPartition
 from ..pipeline import PipelineConfig, sink_refusal
@@ -209,7 +210,6 @@ class PlanOffsetRangesOperator(PipelineOperator):
         """The submit engine's Spark master (None for Spark Connect: its server's master is not known here)."""
         if self.pipeline.engine != "submit":
             return None
-        from ..hooks.spark_batch import SparkBatchHook
 
         return SparkBatchHook.for_pipeline(self.pipeline).submit_connection()[0]
 

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_kafka_backpressure.kafka.clients import new_client
 from airflow_kafka_backpressure.kafka.config import to_confluent, to_kafka_python
 from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.spark.kafka_arrow import kafka_record_batch
@@ -366,8 +367,6 @@ class KafkaPythonFetcher:
 
     def __init__(self, r: OffsetRange, kafka_props: dict[str, Any], *, source: str) -> None:
         from kafka import KafkaConsumer, TopicPartition
-
-        from airflow_kafka_backpressure.kafka.clients import new_client
 
         cfg = kafka_python_consumer_config(kafka_props, source=source)
         self._range = r
