@@ -170,7 +170,6 @@ class ConnectEngine(Engine):
             return self._run(spec)
 
     def _run(self, spec: JobSpec) -> BatchMetrics:
-
         plan = spec.plan
         tag = f"kbp-{plan.pipeline}-batch-{plan.batch_id}-{spec.token}"
         artifacts = [package_zip(self.work_root / "dist")]

@@ -121,12 +121,10 @@ def save_executor_target(pipeline: PipelineConfig, state: dict[str, Any]) -> Non
 
 
 def ledger_for(pipeline: PipelineConfig) -> Ledger:
-
     return LedgerHook(pipeline.ledger_conn_id).get_conn()
 
 
 def kafka_for(pipeline: PipelineConfig) -> KafkaOffsets:
-
     return KafkaOffsetsHook(pipeline.kafka_conn_id, timeout_s=pipeline.kafka_timeout_s).get_conn()
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from airflow.sdk import Context
 
+from ..ledger import Ledger
 from ..models import RETURN_VALUE_KEY, BatchMetrics, BatchPlan
 from ..pipeline import PipelineConfig
 from .base import PipelineOperator
@@ -18,6 +19,24 @@ from .common import (
     save_controller,
     state_lock,
 )
+
+
+class RecordResult(TypedDict):
+    """The record task's return value (XCom): what the batch fed the controller, and what followed."""
+
+    batch_id: int
+    records: int
+    processing_ms: int
+    scheduling_delay_ms: int
+    mode: str
+    estimated_rate: float | None  # the PID's new rate (None: it made none this batch)
+    rate_limit_before: int  # the PID rate controller's limit (records/s; -1 before the first)
+    rate_limit: int
+    cost: dict[str, Any] | None  # the cost model's fit (CostFit.to_dict()), None until fitted
+    cost_event: str | None
+    warning: str | None
+    committed: dict[str, int]  # the consumer group's new offsets, by topic-partition
+    pruned_batches: int | None
 
 
 def scheduling_delay_ms(dag_run: Any, plan: BatchPlan | None) -> int:
@@ -96,7 +115,7 @@ class RecordBatchMetricsOperator(PipelineOperator):
         pushed = context["ti"].xcom_pull(task_ids=self.ingest_task_id, key=RETURN_VALUE_KEY)
         return BatchMetrics.from_xcom(pushed, task_id=self.ingest_task_id, key=RETURN_VALUE_KEY)
 
-    def _prune(self, ledger: Any) -> int | None:
+    def _prune(self, ledger: Ledger) -> int | None:
         """Apply the pipeline's ledger retention (``ledger_keep_batches``/``ledger_keep_days``) after
         the commit; returns the batches deleted (None: retention off, or it failed this time). A
         failure is logged, never fails the batch: the next record task tries again."""
@@ -122,7 +141,7 @@ class RecordBatchMetricsOperator(PipelineOperator):
             )
         return int(result.batches)
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> RecordResult:
         p = self.pipeline
         metrics = self._metrics(context)
         settings = load_settings(p)
@@ -157,7 +176,7 @@ class RecordBatchMetricsOperator(PipelineOperator):
         pruned = self._prune(ledger)
         fit = controller.cost.fit()
         warning = controller.warning(p.batch_interval_s)
-        result = {
+        result: RecordResult = {
             "batch_id": metrics.batch_id,
             "records": metrics.records,
             "processing_ms": metrics.processing_ms,

@@ -393,7 +393,6 @@ def _report_error(message: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-
     parser = argparse.ArgumentParser(description="Run one bounded Kafka micro-batch on Spark.")
     parser.add_argument("--spec", required=True, help="URI of the JobSpec JSON in the hand-off directory")
     args = parser.parse_args(argv)
@@ -414,7 +413,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(spec_uri: str, job_dir: Location, watch: LauncherWatch) -> int:
-
     try:
         spec = handoff.take_spec(spec_uri, os.environ.get(handoff.SPEC_KEY_ENV))
     except (handoff.HandoffError, StorageError) as e:
