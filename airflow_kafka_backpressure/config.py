@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -194,7 +195,7 @@ class ControllerSettings:
             batch_interval_ms, self.proportional, self.integral, self.derivative, self.min_rate
         )
 
-    def rate_limits(self, partitions: list[TopicPartition] | None = None) -> RateLimits:
+    def rate_limits(self, partitions: Sequence[TopicPartition] | None = None) -> RateLimits:
         overrides = {
             tp: int(self.max_rate_per_topic[tp.topic])
             for tp in (partitions or [])

@@ -73,7 +73,7 @@ def task_timeouts(p: PipelineConfig) -> dict[str, timedelta]:
 
 
 def build_ingest_dag(p: PipelineConfig, **dag_kwargs: Any) -> DAG:
-    args = dict(
+    args: dict[str, Any] = dict(
         dag_id=p.ingest_dag_id,
         schedule=timedelta(seconds=p.batch_interval_s),
         start_date=pendulum.parse(p.start_date),
@@ -96,7 +96,7 @@ def build_ingest_dag(p: PipelineConfig, **dag_kwargs: Any) -> DAG:
 
 def build_replay_dag(p: PipelineConfig, **dag_kwargs: Any) -> DAG:
     every = p.replay_interval_s or 5 * p.batch_interval_s
-    args = dict(
+    args: dict[str, Any] = dict(
         dag_id=p.replay_dag_id,
         schedule=timedelta(seconds=every),
         start_date=pendulum.parse(p.start_date),

@@ -24,7 +24,7 @@ from typing import Any
 #: The distribution whose connection type ``kafka`` we leave alone when it is installed.
 OFFICIAL_KAFKA_PROVIDER = "apache-airflow-providers-apache-kafka"
 
-LEDGER_CONNECTION = {
+LEDGER_CONNECTION: dict[str, Any] = {
     "connection-type": "kbp_ledger",
     "hook-class-name": "airflow_kafka_backpressure.hooks.ledger.LedgerHook",
     "hook-name": "Kafka Backpressure ledger (SQL database)",
@@ -59,7 +59,7 @@ LEDGER_CONNECTION = {
     },
 }
 
-KAFKA_CONNECTION = {
+KAFKA_CONNECTION: dict[str, Any] = {
     "connection-type": "kafka",
     "hook-class-name": "airflow_kafka_backpressure.hooks.kafka_offsets.KafkaOffsetsHook",
     "hook-name": "Apache Kafka",

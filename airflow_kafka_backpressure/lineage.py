@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from .assets import sink_uri
 from .models import OffsetRange
 
 PRODUCER = "https://github.com/airflow-provider-kafka-backpressure"
@@ -39,7 +40,6 @@ def kafka_namespace(bootstrap_servers: str) -> str:
 
 def sink_dataset(sink: str) -> tuple[str, str]:
     """(namespace, name) of the sink under OpenLineage's naming conventions."""
-    from .assets import sink_uri
 
     parts = urlsplit(sink_uri(sink))
     path = parts.path or "/"

@@ -1,16 +1,19 @@
 """Value objects shared by the planner, the Spark job, the ledger and the operators.
 
 Pure Python: no Airflow, Spark or Kafka imports, so the Spark driver and the control core can use
-them. Every object round-trips through a JSON-safe ``to_dict()`` / ``from_dict()``.
+them. Every object round-trips through a JSON-safe ``to_dict()`` / ``from_dict()``; the two that
+tasks pass each other by XCom (:class:`BatchPlan` from the plan task, :class:`BatchMetrics` from
+the ingest task) also through ``to_xcom()`` / ``from_xcom()``, which names the task and key of a
+malformed payload.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 #: How a batch's data is written (``options["writer"]``): ``spark`` — Spark's Parquet writer, after
 #: the transform if any; ``arrow`` — each reading task writes its range with pyarrow, no transform
@@ -49,6 +52,9 @@ class TopicPartition(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+_Range = TypeVar("_Range", bound="OffsetRange")
 
 
 @dataclass(frozen=True, order=True)
@@ -91,7 +97,7 @@ class OffsetRange:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> OffsetRange:
+    def from_dict(cls: type[_Range], d: dict[str, Any]) -> _Range:
         return cls(str(d["topic"]), int(d["partition"]), int(d["from_offset"]), int(d["until_offset"]))
 
     def __str__(self) -> str:
@@ -105,6 +111,38 @@ class DataLoss(OffsetRange):
     @property
     def lost(self) -> int:
         return self.count
+
+
+#: The key of a task's return value, the XCom its ``execute()`` pushes.
+RETURN_VALUE_KEY = "return_value"
+
+
+class XComPayloadError(ValueError):
+    """An XCom that is not the payload its task pushes (missing, not a dict, a field missing or of
+    the wrong type); the message names the task and key."""
+
+
+_Payload = TypeVar("_Payload")
+
+
+def _from_xcom(
+    what: str, from_dict: Callable[[dict[str, Any]], _Payload], value: object, task_id: str, key: str
+) -> _Payload:
+    """``from_dict(value)`` for an XCom pushed by ``task_id`` under ``key``: one way (a JSON-safe
+    dict, as ``to_xcom()`` pushed it), or :class:`XComPayloadError` naming the task and key."""
+    where = f"XCom {key!r} of task {task_id!r}"
+    if value is None:
+        raise XComPayloadError(f"{where} is missing: the task pushed no {what} (did it run and succeed?)")
+    if not isinstance(value, Mapping):
+        shown = repr(value)
+        shown = shown if len(shown) <= 200 else shown[:200] + "…"
+        raise XComPayloadError(f"{where} is not {what}: expected a dict, got {type(value).__name__} {shown}")
+    try:
+        return from_dict(dict(value))
+    except KeyError as e:
+        raise XComPayloadError(f"{where} is not {what}: no field {e}") from e
+    except (TypeError, ValueError) as e:
+        raise XComPayloadError(f"{where} is not {what}: {type(e).__name__}: {e}") from e
 
 
 def batch_path(sink: str, batch_id: int) -> str:
@@ -187,6 +225,15 @@ class BatchPlan:
     def from_json(cls, s: str) -> BatchPlan:
         return cls.from_dict(json.loads(s))
 
+    def to_xcom(self) -> dict[str, Any]:
+        """The plan task's return value."""
+        return self.to_dict()
+
+    @classmethod
+    def from_xcom(cls, value: object, *, task_id: str, key: str = RETURN_VALUE_KEY) -> BatchPlan:
+        """The plan ``task_id`` pushed under ``key`` (:class:`XComPayloadError` if malformed)."""
+        return _from_xcom("a batch plan", cls.from_dict, value, task_id, key)
+
 
 @dataclass(frozen=True)
 class PartitionCount:
@@ -252,6 +299,15 @@ class BatchMetrics:
             partitions=tuple(PartitionCount.from_dict(p) for p in d.get("partitions", ())),
             adopted=bool(d.get("adopted", False)),
         )
+
+    def to_xcom(self) -> dict[str, Any]:
+        """The ingest task's return value."""
+        return self.to_dict()
+
+    @classmethod
+    def from_xcom(cls, value: object, *, task_id: str, key: str = RETURN_VALUE_KEY) -> BatchMetrics:
+        """The metrics ``task_id`` pushed under ``key`` (:class:`XComPayloadError` if malformed)."""
+        return _from_xcom("batch metrics", cls.from_dict, value, task_id, key)
 
 
 @dataclass(frozen=True)

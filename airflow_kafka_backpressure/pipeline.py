@@ -397,7 +397,7 @@ def sink_refusal(p: PipelineConfig, spark_master: str | None) -> str | None:
         )
     local = scheme in ("", "file")
     if local and spark_master and not p.sink_on_shared_filesystem:
-        from .engines.submit import is_loopback_master
+        from .engines.submit import is_loopback_master  # defers psutil
 
         if not is_loopback_master(spark_master):
             return (

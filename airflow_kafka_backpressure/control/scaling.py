@@ -122,8 +122,9 @@ def executor_target(
     ratio = processing_ratio(processing_times_ms, batch_interval_ms)
     bounded = policy.bound(current)
     held = _hold_before_deciding(bounded, ratio, policy, batches_since_change)
-    if held is not None or ratio is None:
+    if held is not None:
         return held
+    assert ratio is not None  # nothing measured yet is a hold
     if ratio >= policy.scaling_up_ratio:
         add = max(scala_round(ratio), 1)
         target = policy.bound(current + add)
@@ -186,8 +187,9 @@ def cost_executor_target(
     ratio = processing_ratio(times, batch_interval_ms)
     bounded = policy.bound(current)
     held = _hold_before_deciding(bounded, ratio, policy, batches_since_change)
-    if held is not None or ratio is None:
+    if held is not None:
         return held
+    assert ratio is not None  # nothing measured yet is a hold
     interval_s = batch_interval_ms / 1000
     e = max(current, 1)
     records = sum(n for n, _ in batches) / len(batches)

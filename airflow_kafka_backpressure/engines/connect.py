@@ -44,7 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from ..models import BatchMetrics, JobSpec
+from ..spark.job import JobError, run_batch
 from . import BatchJobError, Engine
+from .environment import work_root
 from .submit import package_zip, zip_tree
 
 log = logging.getLogger(__name__)
@@ -168,8 +170,6 @@ class ConnectEngine(Engine):
             return self._run(spec)
 
     def _run(self, spec: JobSpec) -> BatchMetrics:
-        from ..spark.job import JobError, run_batch
-
         plan = spec.plan
         tag = f"kbp-{plan.pipeline}-batch-{plan.batch_id}-{spec.token}"
         artifacts = [package_zip(self.work_root / "dist")]
@@ -309,7 +309,6 @@ def _redacted(url: str) -> str:
 def from_hook(hook: Any, executors: int) -> ConnectEngine:
     """The engine of an attempt for :class:`~airflow_kafka_backpressure.hooks.spark_batch.SparkBatchHook`
     (its ``spark_connect`` connection; the server's executors are its own, ``executors`` is unused)."""
-    from .environment import work_root
 
     return ConnectEngine(
         hook.connect_url(),

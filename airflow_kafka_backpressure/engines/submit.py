@@ -48,10 +48,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import airflow_kafka_backpressure as pkg
+
 from .. import handoff
 from ..models import BatchMetrics, JobSpec
 from . import BatchJobError, Engine
-from .environment import spark_conf_defaults, spark_defaults, spark_submit_env
+from .environment import spark_conf_defaults, spark_defaults, spark_submit_env, work_root
 from .process import child_ids, new_children, stop_processes, with_descendants
 
 log = logging.getLogger(__name__)
@@ -107,7 +109,6 @@ def package_zip(dest_dir: str | os.PathLike[str]) -> str:
 
     Byte-identical for identical sources (fixed timestamps, sorted entries), so it can be cached.
     """
-    import airflow_kafka_backpressure as pkg
 
     root = Path(pkg.__file__).resolve().parent
     return zip_tree(
@@ -346,8 +347,6 @@ def from_hook(hook: Any, executors: int) -> SubmitEngine:
     its ``spark`` connection through the Spark provider's ``SparkSubmitHook`` (imported here, when a
     batch launches), ``executors`` executors."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-    from .environment import work_root
 
     master, deploy_mode = hook.submit_connection()
     conn_id = hook.spark_conn_id

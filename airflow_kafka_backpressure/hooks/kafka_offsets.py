@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from ..get_provider_info import ui_field_behaviour
 from ..kafka.offsets import KafkaOffsets
 
 
@@ -32,7 +33,6 @@ class KafkaOffsetsHook(BaseHook):
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         """The official provider's form: a JSON "Config Dict" of librdkafka properties."""
-        from ..get_provider_info import ui_field_behaviour
 
         return ui_field_behaviour(cls.conn_type)
 

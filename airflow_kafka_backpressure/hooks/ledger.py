@@ -27,6 +27,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from ..get_provider_info import ui_field_behaviour
 from ..ledger import Ledger, default_ledger_url
 from ..ledger.engine import DEFAULT_TIMEOUT_S
 from .ledger_connection import LEDGER_CONN_TYPE, TIMEOUT_EXTRA, check_ledger_url, ledger_url
@@ -129,7 +130,6 @@ class LedgerHook(BaseHook):
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         """The connection form (declared in the provider info, which Airflow 3.2+ reads first)."""
-        from ..get_provider_info import ui_field_behaviour
 
         return ui_field_behaviour(cls.conn_type)
 

@@ -12,12 +12,13 @@ No Airflow or Spark imports (the Spark job and the Airflow worker both use it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
-def new_client(cls: type[T], *args: Any, **config: Any) -> T:
+def new_client(cls: Callable[..., T], *args: Any, **config: Any) -> T:
     """``cls(*args, **config)`` — a kafka-python ``KafkaConsumer``, ``KafkaProducer`` or
     ``KafkaAdminClient`` — whose network client is closed if the constructor raises."""
     try:

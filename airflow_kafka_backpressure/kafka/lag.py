@@ -122,10 +122,10 @@ class LagReport:
     @property
     def max_seconds_behind(self) -> float | None:
         """The largest known seconds behind; None if a partition with lag has no timestamp."""
-        values = [p.seconds_behind for p in self.partitions]
-        if any(v is None for v in values):
+        known = [p.seconds_behind for p in self.partitions if p.seconds_behind is not None]
+        if len(known) < len(self.partitions):
             return None
-        return max(values, default=0.0)
+        return max(known, default=0.0)
 
     @property
     def at_risk(self) -> list[PartitionLag]:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..models import TopicPartition
+from .clients import new_client
 from .config import redact, to_kafka_python
 
 #: Seconds the watchdog waits beyond ``timeout_s`` for kafka-python's own timeout to fire first.
@@ -80,8 +81,6 @@ class KafkaOffsets:
         from kafka import KafkaConsumer
         from kafka.errors import KafkaError
 
-        from .clients import new_client
-
         settings = {
             **self.config,
             "request_timeout_ms": max(self.timeout_ms, 1000),
@@ -116,8 +115,6 @@ class KafkaOffsets:
         if self._admin is None:
             from kafka import KafkaAdminClient
             from kafka.errors import KafkaError
-
-            from .clients import new_client
 
             settings = {k: v for k, v in self.config.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
             settings.update(

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, func, select, update
+from sqlalchemy import BindParameter, Connection, and_, bindparam, func, select, update
 
 from ..models import OffsetRange, TopicPartition
 from .chain import ChainSegment
@@ -143,7 +143,7 @@ def record_positions(
             "b": batch_id,
         }
         (updates if row is not None else inserts).append(values)
-    cols = {
+    cols: dict[str, BindParameter[Any]] = {
         "start_offset": bindparam("start"),
         "head": bindparam("hd"),
         "committed_until": bindparam("committed"),
@@ -221,7 +221,7 @@ def _move_watermarks(conn: Connection, pipeline: str, targets: Sequence[Any], *,
     """Set each (topic, partition, offset)'s watermark to offset if that moves it the given way."""
     if not targets:
         return
-    offset = bindparam("o")
+    offset: BindParameter[int] = bindparam("o")
     conn.execute(
         update(_pt)
         .where(

@@ -123,8 +123,8 @@ def subtract_spans(spans: Iterable[OffsetRange], covered: Iterable[OffsetRange])
         if s.until_offset > s.from_offset:
             by_tp.setdefault(s.tp, []).append((s.from_offset, s.until_offset))
     cover: dict[TopicPartition, list[tuple[int, int]]] = {}
-    for c in covered:
-        cover.setdefault(c.tp, []).append((c.from_offset, c.until_offset))
+    for span in covered:
+        cover.setdefault(span.tp, []).append((span.from_offset, span.until_offset))
     out: list[DataLoss] = []
     for tp in sorted(by_tp):
         for a, b in _merge(by_tp[tp]):

@@ -199,6 +199,7 @@ def _sqlite_foreign_keys(conn: Connection, on: bool) -> None:
     # PRAGMA foreign_keys is a no-op inside a transaction: set it on the raw connection, which runs in
     # autocommit mode (the engine set isolation_level=None), before SQLAlchemy begins.
     raw = conn.connection.driver_connection
+    assert raw is not None  # a connection checked out of the pool
     raw.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
 
 

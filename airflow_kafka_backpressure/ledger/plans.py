@@ -12,8 +12,8 @@ from . import bookkeeping
 from .base import LedgerBase, first_line, now_ms
 from .chain import ChainSegment, chain_segments
 from .losses import record_spans
-from .schema import batch_table, range_table
-from .states import LOST, PLANNED, LedgerConflict
+from .schema import batch_table, loss_table, partition_table, range_table
+from .states import FINISHED_BATCH_STATUSES, LOST, PLANNED, LedgerConflict
 
 __all__ = ["PlansMixin"]
 
@@ -96,21 +96,21 @@ class PlansMixin(LedgerBase):
                 heads = self._stored_heads(conn, pipeline, tps)
                 segments = chain_segments(pipeline, ranges, data_loss, heads)
                 created = now_ms()
-                batch_id = int(
-                    conn.execute(
-                        batch_table.insert().values(
-                            pipeline=pipeline,
-                            run_id=run_id,
-                            status=PLANNED,
-                            created_at_ms=created,
-                            rate=rate,
-                            attempts=0,
-                            plan_json="",
-                            sink=sink,
-                            lease_expires_at_ms=None if lease_ms is None else created + int(lease_ms),
-                        )
-                    ).inserted_primary_key[0]
-                )
+                inserted = conn.execute(
+                    batch_table.insert().values(
+                        pipeline=pipeline,
+                        run_id=run_id,
+                        status=PLANNED,
+                        created_at_ms=created,
+                        rate=rate,
+                        attempts=0,
+                        plan_json="",
+                        sink=sink,
+                        lease_expires_at_ms=None if lease_ms is None else created + int(lease_ms),
+                    )
+                ).inserted_primary_key
+                assert inserted is not None  # a single-row INSERT
+                batch_id = int(inserted[0])
                 plan = BatchPlan(
                     pipeline=pipeline,
                     batch_id=batch_id,
@@ -179,9 +179,6 @@ class PlansMixin(LedgerBase):
         batch still reads the old topic: replay or abandon it first. Returns the ranges moved."""
         from sqlalchemy import delete, insert
 
-        from .schema import loss_table, partition_table
-        from .states import FINISHED_BATCH_STATUSES
-
         with self.engine.begin() as conn:
             unfinished = sorted(
                 int(b)
@@ -245,15 +242,15 @@ class PlansMixin(LedgerBase):
             firsts.setdefault(seg.tp, seg)
         with self._read() as conn:
             now = bookkeeping.stored_heads(conn, pipeline, firsts)
-        seg = next((s for tp, s in firsts.items() if tp in now and now[tp] != s.from_offset), None)
-        if seg is None:
+        moved = next((s for tp, s in firsts.items() if tp in now and now[tp] != s.from_offset), None)
+        if moved is None:
             return LedgerConflict(
                 f"Pipeline {pipeline!r}: the ledger refused the plan ({first_line(err.orig)}). Another writer "
                 "probably planned concurrently; re-run the plan task."
             )
         return LedgerConflict(
-            f"Pipeline {pipeline!r}, {seg.tp}: offsets [{seg.from_offset}, {seg.until_offset}) "
+            f"Pipeline {pipeline!r}, {moved.tp}: offsets [{moved.from_offset}, {moved.until_offset}) "
             f"could not be claimed: another batch claimed overlapping offsets or the chain moved "
-            f"(the partition's head is now {now[seg.tp]}). Re-run the plan task so it plans from the "
+            f"(the partition's head is now {now[moved.tp]}). Re-run the plan task so it plans from the "
             f"current head. Database said: {first_line(err.orig)}"
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select, update
 
@@ -47,6 +47,10 @@ class TransitionsMixin(LedgerBase):
     attempt owns the batch now, so an old attempt can never finish a batch a newer one took over.
     Without a token the calls behave as before leases existed (no lease; ``stale_before_ms`` decides).
     """
+
+    if TYPE_CHECKING:
+
+        def batch(self, batch_id: int) -> BatchRecord | None: ...  # the Ledger's query
 
     def mark_running(
         self,

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..kafka.clients import new_client
 from .broker import BrokerError, await_start, free_port, metadata_ok, port_open, stop_session
 from .jars import jar_paths, kafka_broker_jars
 
@@ -186,8 +187,6 @@ class KafkaBroker:
         coordinator" meanwhile. Waiting for it here gives every user of the broker a settled group
         coordinator (a test's first commit then meets no coordinator moving under it)."""
         from kafka import KafkaAdminClient
-
-        from ..kafka.clients import new_client
 
         try:
             admin = new_client(

@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..engines.environment import pyspark_home
+
 #: Apache Kafka release of the embedded broker (``KBP_KAFKA_VERSION`` overrides it).
 KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.25.2"
@@ -181,7 +183,6 @@ def spark_kafka_coordinates(spark_version: str | None = None) -> str:
 
 def pyspark_jars_dir() -> Path:
     """The installed pyspark's ``jars`` folder (Spark's classpath)."""
-    from ..engines.environment import pyspark_home
 
     return Path(pyspark_home()) / "jars"
 

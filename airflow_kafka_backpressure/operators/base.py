@@ -15,6 +15,9 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ..hooks.kafka_offsets import KafkaOffsetsHook
+from ..hooks.ledger import LedgerHook
+from ..ledger import Ledger
 from ..pipeline import PipelineConfig
 
 
@@ -54,18 +57,14 @@ class PipelineOperator(BaseOperator):
         return replace(self._pipeline, **self._overrides())
 
     @cached_property
-    def kafka_hook(self) -> Any:
-        from ..hooks.kafka_offsets import KafkaOffsetsHook
-
+    def kafka_hook(self) -> KafkaOffsetsHook:
         return KafkaOffsetsHook(self.kafka_conn_id, timeout_s=self._pipeline.kafka_timeout_s)
 
     @cached_property
-    def ledger_hook(self) -> Any:
-        from ..hooks.ledger import LedgerHook
-
+    def ledger_hook(self) -> LedgerHook:
         return LedgerHook(self.ledger_conn_id)
 
     @cached_property
-    def ledger(self) -> Any:
+    def ledger(self) -> Ledger:
         """The pipeline's ledger (:class:`~airflow_kafka_backpressure.ledger.Ledger`)."""
         return self.ledger_hook.get_conn()

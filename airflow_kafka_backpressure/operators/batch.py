@@ -25,7 +25,8 @@ from .._fault_points import after_commit
 from ..assets import batch_event_extra, emit_batch_events, sink_asset
 from ..hooks.spark_batch import SparkBatchHook
 from ..ledger import LeaseLost, Ledger, new_attempt_token
-from ..models import Adoption, BatchMetrics, BatchPlan
+from ..lineage import batch_lineage
+from ..models import Adoption, BatchMetrics, BatchPlan, OffsetRange
 from ..pipeline import DEFAULT_LEASE_S as LEASE_S
 from ..pipeline import PipelineConfig
 from .base import PipelineOperator
@@ -190,8 +191,6 @@ class BatchRunningOperator(PipelineOperator):
     # ----- lineage ------------------------------------------------------------------------------
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage facets of the batches this task committed (None without the provider)."""
-        from ..lineage import batch_lineage
-        from ..models import OffsetRange
 
         p = self.pipeline
         bootstrap = str(self.kafka_hook.client_properties().get("bootstrap.servers", ""))

@@ -14,6 +14,8 @@ from airflow.sdk import Variable
 
 from ..config import ControllerSettings, parse_settings, settings_help
 from ..control.controller import ControllerStateError, PipelineController
+from ..hooks.kafka_offsets import KafkaOffsetsHook
+from ..hooks.ledger import LedgerHook
 from ..kafka.offsets import KafkaOffsets
 from ..ledger import Ledger
 from ..ledger.locks import ledger_lock
@@ -119,14 +121,10 @@ def save_executor_target(pipeline: PipelineConfig, state: dict[str, Any]) -> Non
 
 
 def ledger_for(pipeline: PipelineConfig) -> Ledger:
-    from ..hooks.ledger import LedgerHook
-
     return LedgerHook(pipeline.ledger_conn_id).get_conn()
 
 
 def kafka_for(pipeline: PipelineConfig) -> KafkaOffsets:
-    from ..hooks.kafka_offsets import KafkaOffsetsHook
-
     return KafkaOffsetsHook(pipeline.kafka_conn_id, timeout_s=pipeline.kafka_timeout_s).get_conn()
 
 

@@ -76,4 +76,4 @@ class SparkKafkaBatchOperator(BatchRunningOperator):
         else:
             metrics = self.run_and_mark(ledger, plan, executors, kafka_props, token=token, replay=False)
         self.emit_events(context)
-        return metrics.to_dict()
+        return metrics.to_xcom()

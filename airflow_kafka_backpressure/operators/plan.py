@@ -11,6 +11,7 @@ from .._fault_points import after_plan
 from ..control.allocation import plan_ranges, starting_positions
 from ..control.controller import COST, PlanDecision, Waiting, wait_for_data
 from ..control.cost_mode import ARRIVAL_WINDOW_PLANS, PlanInputs, arrival_rate, records_for_fixed_share
+from ..hooks.spark_batch import SparkBatchHook
 from ..ledger import Ledger
 from ..models import TopicPartition
 from ..pipeline import PipelineConfig, sink_refusal
@@ -86,7 +87,7 @@ class PlanOffsetRangesOperator(PipelineOperator):
         stored = ledger.get_plan(p.name, run_id)
         if stored is not None:
             self.log.info("Run %s already has batch %s: reusing its ranges", run_id, stored.batch_id)
-            return stored.to_dict()
+            return stored.to_xcom()
 
         refusal = sink_refusal(p, self._spark_master())
         if refusal:
@@ -171,7 +172,7 @@ class PlanOffsetRangesOperator(PipelineOperator):
         if warning:
             self.log.warning("Pipeline %s: %s", p.name, warning)
         self._remember(settings, {**decision.to_dict(), "batch_id": plan.batch_id, "planned_at_ms": now_ms})
-        return plan.to_dict()
+        return plan.to_xcom()
 
     def _remember(self, settings: Any, last_plan: dict[str, Any]) -> None:
         """Keep what planned in the controller state (under its lock): the page shows the active
@@ -209,7 +210,6 @@ class PlanOffsetRangesOperator(PipelineOperator):
         """The submit engine's Spark master (None for Spark Connect: its server's master is not known here)."""
         if self.pipeline.engine != "submit":
             return None
-        from ..hooks.spark_batch import SparkBatchHook
 
         return SparkBatchHook.for_pipeline(self.pipeline).submit_connection()[0]
 

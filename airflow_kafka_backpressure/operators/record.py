@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 from airflow.sdk import Context
 
-from ..models import BatchMetrics, BatchPlan
+from ..ledger import Ledger
+from ..models import RETURN_VALUE_KEY, BatchMetrics, BatchPlan
 from ..pipeline import PipelineConfig
 from .base import PipelineOperator
 from .common import (
@@ -17,6 +19,24 @@ from .common import (
     save_controller,
     state_lock,
 )
+
+
+class RecordResult(TypedDict):
+    """The record task's return value (XCom): what the batch fed the controller, and what followed."""
+
+    batch_id: int
+    records: int
+    processing_ms: int
+    scheduling_delay_ms: int
+    mode: str
+    estimated_rate: float | None  # the PID's new rate (None: it made none this batch)
+    rate_limit_before: int  # the PID rate controller's limit (records/s; -1 before the first)
+    rate_limit: int
+    cost: dict[str, Any] | None  # the cost model's fit (CostFit.to_dict()), None until fitted
+    cost_event: str | None
+    warning: str | None
+    committed: dict[str, int]  # the consumer group's new offsets, by topic-partition
+    pruned_batches: int | None
 
 
 def scheduling_delay_ms(dag_run: Any, plan: BatchPlan | None) -> int:
@@ -59,36 +79,43 @@ class RecordBatchMetricsOperator(PipelineOperator):
     saved to the pipeline's controller Variable; the cost model's fixed-cost warning is logged and
     stored there. The consumer group is committed only up to the end of the contiguous run of
     finished ranges, never past a failed one.
+
+    The metrics are the return value of the task ``ingest_task_id`` (:meth:`BatchMetrics.to_xcom`),
+    pulled from XCom as it was pushed — not rendered through a Jinja template, which would turn the
+    dict into its string — or ``metrics`` given directly (a :class:`BatchMetrics` or its dict).
     """
 
-    template_fields = (*PipelineOperator.template_fields, "metrics")
     ui_color = "#eaf7ea"
 
     def __init__(
         self,
         *,
         pipeline: PipelineConfig | dict[str, Any],
-        metrics: Any = "{{ ti.xcom_pull(task_ids='ingest') }}",
+        metrics: BatchMetrics | Mapping[str, Any] | None = None,
+        ingest_task_id: str = "ingest",
         **kwargs: Any,
     ) -> None:
         super().__init__(pipeline=pipeline, **kwargs)
-        self.metrics = metrics
+        if isinstance(metrics, str):
+            raise TypeError(
+                f"{self.task_id}: metrics must be a dict or BatchMetrics, not a string (a Jinja template "
+                "renders a dict as its repr); to read another task's metrics, pass ingest_task_id"
+            )
+        self.metrics = (
+            metrics
+            if metrics is None or isinstance(metrics, BatchMetrics)
+            else BatchMetrics.from_dict(dict(metrics))
+        )
+        self.ingest_task_id = ingest_task_id
 
-    def _metrics(self) -> BatchMetrics:
-        import ast
-        import json
+    def _metrics(self, context: Context) -> BatchMetrics:
+        """The batch's metrics: ``metrics`` if given, else the ingest task's XCom."""
+        if self.metrics is not None:
+            return self.metrics
+        pushed = context["ti"].xcom_pull(task_ids=self.ingest_task_id, key=RETURN_VALUE_KEY)
+        return BatchMetrics.from_xcom(pushed, task_id=self.ingest_task_id, key=RETURN_VALUE_KEY)
 
-        value = self.metrics
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                value = ast.literal_eval(value)  # a rendered Python dict
-        if not isinstance(value, dict):
-            raise ValueError(f"metrics must be the ingest task's XCom (a dict), got {type(value).__name__}")
-        return BatchMetrics.from_dict(value)
-
-    def _prune(self, ledger: Any) -> int | None:
+    def _prune(self, ledger: Ledger) -> int | None:
         """Apply the pipeline's ledger retention (``ledger_keep_batches``/``ledger_keep_days``) after
         the commit; returns the batches deleted (None: retention off, or it failed this time). A
         failure is logged, never fails the batch: the next record task tries again."""
@@ -114,9 +141,9 @@ class RecordBatchMetricsOperator(PipelineOperator):
             )
         return int(result.batches)
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> RecordResult:
         p = self.pipeline
-        metrics = self._metrics()
+        metrics = self._metrics(context)
         settings = load_settings(p)
         ledger = self.ledger
         plan = ledger.get_plan(p.name, context["run_id"])
@@ -149,7 +176,7 @@ class RecordBatchMetricsOperator(PipelineOperator):
         pruned = self._prune(ledger)
         fit = controller.cost.fit()
         warning = controller.warning(p.batch_interval_s)
-        result = {
+        result: RecordResult = {
             "batch_id": metrics.batch_id,
             "records": metrics.records,
             "processing_ms": metrics.processing_ms,

@@ -7,6 +7,7 @@ from typing import Any
 from airflow.sdk import Context
 
 from ..ledger import SUCCEEDED
+from ..pipeline import PipelineConfig
 from .base import PipelineOperator
 from .common import (
     load_controller,
@@ -37,7 +38,7 @@ class ExecutorScalingOperator(PipelineOperator):
         with state_lock(p, self.ledger, p.executors_variable):
             return self._scale(p)
 
-    def _scale(self, p: Any) -> dict[str, Any]:
+    def _scale(self, p: PipelineConfig) -> dict[str, Any]:
         settings = load_settings(p)
         state = load_executor_target(p, settings)
         current = state["executors"]
@@ -61,7 +62,7 @@ class ExecutorScalingOperator(PipelineOperator):
             # the active mode's rule (control.modes.REGISTRY): Spark's, or the cost model's judgement
             d = load_controller(p, settings).suggest_executors(
                 current,
-                [(b.records or 0, b.processing_ms) for b in window],
+                [(b.records or 0, b.processing_ms) for b in window if b.processing_ms is not None],
                 p.batch_interval_ms,
                 settings.cost_params(),
                 settings.scaling_policy(),

@@ -19,12 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException
 
+from ..config import parse_settings
 from ..control.scaling import SCALING_DOWN_RATIO, SCALING_UP_RATIO
+from ..kafka.lag import measure_lag
+from ..pipeline import PIPELINES_FILE_ENV, PipelineConfig, load_pipelines
 from .auth import can_read_pipeline, can_read_variable, ingest_dag_id
+from .internals import redact_variable
 
 if TYPE_CHECKING:
     from ..ledger import BatchRecord, Ledger
-    from ..pipeline import PipelineConfig
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,7 @@ def open_ledger() -> Ledger:
     """The ledger named by ``KBP_LEDGER_CONN_ID`` (else the default one), opened as a reader: a
     viewer's request never creates or migrates it. 503 when it cannot be opened or is not
     initialised yet (the message says what to run)."""
+    # defers Airflow's connections and SQLAlchemy: only when a page reads the ledger
     from ..hooks.ledger import LedgerHook
     from ..ledger import LedgerNotInitialised
 
@@ -162,8 +166,6 @@ def read_state(user: Any, pipeline: str) -> dict[str, Any]:
     """The pipeline's Variables (only those the user may read) and the effective scaling thresholds."""
     from airflow.models import Variable
 
-    from .internals import redact_variable
-
     variables: dict[str, Any] = {}
     for name, suffix in _VARIABLE_SUFFIXES.items():
         key = f"kbp.{pipeline}.{suffix}"
@@ -190,8 +192,6 @@ def read_state(user: Any, pipeline: str) -> dict[str, Any]:
     up, down, source = SCALING_UP_RATIO, SCALING_DOWN_RATIO, "default"
     settings = variables["settings"]
     if settings["exists"] and isinstance(settings["value"], dict):
-        from ..config import parse_settings
-
         try:
             effective = parse_settings(settings["value"], source=f"Variable {settings['key']!r}")
             up, down, source = effective.scaling_up_ratio, effective.scaling_down_ratio, "settings"
@@ -252,7 +252,6 @@ def losses(ledger: Ledger, pipeline: str, limit: int) -> list[dict[str, Any]]:
 def pipeline_config(ledger: Ledger, name: str) -> tuple[PipelineConfig, str]:
     """The pipeline as the pipelines file describes it, else with default connections and group and
     the topics of its latest batch; and a sentence saying which."""
-    from ..pipeline import PIPELINES_FILE_ENV, PipelineConfig, load_pipelines
 
     path = os.environ.get(PIPELINES_FILE_ENV)
     if path:
@@ -334,8 +333,8 @@ def lag(ledger: Ledger, name: str, retention_margin_records: int, with_timestamp
 def _read_lag(
     ledger: Ledger, name: str, retention_margin_records: int, with_timestamps: bool
 ) -> dict[str, Any]:
+    # defers Airflow's connections and the Kafka client: only when a page asks for lag
     from ..hooks.kafka_offsets import KafkaOffsetsHook
-    from ..kafka.lag import measure_lag
 
     p, source = pipeline_config(ledger, name)
     try:

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseSensorOperator, Context
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 
 
@@ -18,6 +18,10 @@ class DeferrablePollingSensor(BaseSensorOperator):
     def __init__(self, *, deferrable: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.deferrable = deferrable
+
+    if TYPE_CHECKING:
+
+        def poke(self, context: Context) -> PokeReturnValue: ...  # the subclasses' (not a bare bool)
 
     def trigger(self, deadline_ms: int | None) -> Any:
         raise NotImplementedError

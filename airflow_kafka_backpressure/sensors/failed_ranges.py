@@ -33,6 +33,7 @@ class FailedRangesSensor(DeferrablePollingSensor):
         return PokeReturnValue(is_done=bool(ids), xcom_value=ids or None)
 
     def trigger(self, deadline_ms: int | None) -> Any:
+        # defers core Airflow's trigger machinery: only when deferring
         from ..triggers.failed_ranges import FailedRangesTrigger
 
         p = self.pipeline

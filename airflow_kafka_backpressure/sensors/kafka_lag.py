@@ -71,6 +71,7 @@ class KafkaLagSensor(DeferrablePollingSensor):
         }
 
     def poke(self, context: Context) -> PokeReturnValue:
+        # defers the hooks' Kafka and SQL clients: only when poking
         from ..triggers.kafka_lag import lag_report
 
         thresholds = self.thresholds()
@@ -90,6 +91,7 @@ class KafkaLagSensor(DeferrablePollingSensor):
         return PokeReturnValue(is_done=True, xcom_value={"reasons": reasons, "report": report.to_dict()})
 
     def trigger(self, deadline_ms: int | None) -> Any:
+        # defers core Airflow's trigger machinery: only when deferring
         from ..triggers.kafka_lag import KafkaLagTrigger
 
         return KafkaLagTrigger(

@@ -29,13 +29,21 @@ MEASURED = ("succeeded", "replayed")
 class RecordedBatch(Protocol):
     """What the replay reads from a ledger row (``ledger.BatchRecord`` has it)."""
 
-    batch_id: int
-    status: str
-    records: int | None
-    processing_ms: int | None
-    scheduling_delay_ms: int | None
-    executors: int | None
-    plan: BatchPlan
+    # read-only (properties): the ledger's records are frozen dataclasses
+    @property
+    def batch_id(self) -> int: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def records(self) -> int | None: ...
+    @property
+    def processing_ms(self) -> int | None: ...
+    @property
+    def scheduling_delay_ms(self) -> int | None: ...
+    @property
+    def executors(self) -> int | None: ...
+    @property
+    def plan(self) -> BatchPlan: ...
 
 
 class HistoryError(ValueError):

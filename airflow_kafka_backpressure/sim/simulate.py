@@ -44,8 +44,11 @@ from ..models import TopicPartition
 class ControllerSettings(Protocol):
     """What the simulator reads from the settings (``config.ControllerSettings`` has it)."""
 
-    mode: str
-    backpressure_enabled: bool
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def backpressure_enabled(self) -> bool: ...
 
     def estimator(self, batch_interval_ms: int) -> PIDRateEstimator: ...
 

@@ -34,6 +34,9 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.spark.completion import record_read_completion
+from airflow_kafka_backpressure.spark.range_split import group_pieces, split_ranges
+from airflow_kafka_backpressure.storage import StorageError, location
 
 #: Spark's names of Parquet codecs -> pyarrow's (the ones both write).
 _CODECS = {
@@ -65,7 +68,7 @@ def parquet_codec(compression: str | None) -> str:
 
 def dictionary_columns(columns: Sequence[str], plain_columns: Sequence[str] | str | None) -> list[str]:
     """The columns Parquet may dictionary-encode: all but the sink's plain ones."""
-    from airflow_kafka_backpressure.spark.sink import plain_columns_among
+    from airflow_kafka_backpressure.spark.sink import plain_columns_among  # defers pyspark
 
     plain = set(plain_columns_among(columns, plain_columns))
     return [c for c in columns if c not in plain]
@@ -90,7 +93,6 @@ class RangeFileTask:
         groups: Sequence[Sequence[int]] | None = None,
     ) -> None:
         self.pieces = [p.to_dict() for p in pieces]
-        from airflow_kafka_backpressure.spark.range_split import group_pieces
 
         self.groups = [list(g) for g in (groups if groups is not None else group_pieces(pieces, None))]
         self.kafka_props = dict(kafka_props)
@@ -108,10 +110,9 @@ class RangeFileTask:
         """Read piece ``index`` into its Parquet file; returns the rows written."""
         import pyarrow.parquet as pq
 
-        from airflow_kafka_backpressure.spark.completion import record_read_completion
+        # defers pyarrow.compute and the Kafka clients: on the executors
         from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA
         from airflow_kafka_backpressure.spark.range_reader import read_range
-        from airflow_kafka_backpressure.storage import StorageError, location
 
         r = OffsetRange.from_dict(self.pieces[index])
         directory = location(self.staging)
@@ -188,8 +189,8 @@ def write_ranges(
     Spark job fails, with the task's error, if any piece cannot be read or written).
     ``read_options``: :func:`.range_reader.read_range`'s (poll and stall timeouts, batch size);
     ``max_records_per_partition`` 0 or None: no limit."""
+    # defers the Kafka clients (confluent-kafka, kafka-python)
     from airflow_kafka_backpressure.spark.range_clients import check_reader_config
-    from airflow_kafka_backpressure.spark.range_split import group_pieces, split_ranges
 
     check_reader_config(kafka_props, client, source="the batch's Kafka properties")
     pieces = split_ranges(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_kafka_backpressure.kafka.clients import new_client
 from airflow_kafka_backpressure.kafka.config import KafkaConfigError, to_kafka_python
 from airflow_kafka_backpressure.models import JobSpec, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.spark.errors import JobError
@@ -75,8 +76,6 @@ def check_bounds(spec: JobSpec) -> dict[TopicPartition, tuple[int, int]]:
     """
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KafkaTP
-
-    from airflow_kafka_backpressure.kafka.clients import new_client
 
     ranges = spec.plan.ranges
     if not ranges:

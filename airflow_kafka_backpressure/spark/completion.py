@@ -43,7 +43,8 @@ def record_read_completion(
 
 def completed_reads(directory: Location) -> tuple[list[tuple[OffsetRange, int, int]], set[str]]:
     """The completion records under ``directory``, and the executors that wrote them."""
-    out, executors = [], set()
+    out: list[tuple[OffsetRange, int, int]] = []
+    executors: set[str] = set()
     if not directory.exists():
         return out, executors
     for name, is_dir, _ in directory.children():

@@ -102,7 +102,7 @@ def fence_problem(
     if fence is not None and fence > attempt:
         return _newer(batch_id, attempt, token, f"attempt {fence} started writing it")
     theirs = None if existing is None else existing.get("attempt")
-    if theirs is not None and int(theirs) > attempt:
+    if existing is not None and theirs is not None and int(theirs) > attempt:
         return _newer(
             batch_id,
             attempt,

@@ -41,18 +41,27 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from airflow_kafka_backpressure import handoff
 from airflow_kafka_backpressure.models import (
+    DEFAULT_WRITER,
     BatchMetrics,
     JobSpec,
     OffsetRange,
     PartitionCount,
     TopicPartition,
     chosen_writer,
+    writer_problem,
 )
 from airflow_kafka_backpressure.spark.bounds import check_bounds, range_problems
 from airflow_kafka_backpressure.spark.errors import JobError
+from airflow_kafka_backpressure.spark.fencing import adoption_problems
+from airflow_kafka_backpressure.spark.launcher_watch import (
+    LauncherWatch,
+    remove_attempt_files,
+    watch_launcher,
+)
 from airflow_kafka_backpressure.spark.readers import (
     NATIVE_PROVIDER_CLASS,
     choose_reader,
@@ -61,10 +70,7 @@ from airflow_kafka_backpressure.spark.readers import (
     read_ranges,
     reader_settings,
 )
-
-if TYPE_CHECKING:
-    from airflow_kafka_backpressure.spark.launcher_watch import LauncherWatch
-    from airflow_kafka_backpressure.storage import Location
+from airflow_kafka_backpressure.storage import Location, StorageError, location
 
 log = logging.getLogger("airflow_kafka_backpressure.spark.job")
 
@@ -193,7 +199,7 @@ def _spark_failure(e: Exception) -> str:
 
 def arrow_codec(compression: str | None) -> bool:
     """Whether pyarrow writes the Parquet codec Spark calls ``compression``."""
-    from airflow_kafka_backpressure.spark.arrow_writer import parquet_codec
+    from airflow_kafka_backpressure.spark.arrow_writer import parquet_codec  # defers pyarrow
 
     try:
         parquet_codec(compression)
@@ -205,7 +211,6 @@ def arrow_codec(compression: str | None) -> bool:
 def batch_writer(spec: JobSpec) -> str:
     """The spec's ``writer`` option (:mod:`.arrow_writer`), checked against its reader and transform;
     ``auto`` is resolved once the reader is known (:func:`.models.chosen_writer`)."""
-    from airflow_kafka_backpressure.models import DEFAULT_WRITER, writer_problem
 
     writer = str(spec.options.get("writer") or DEFAULT_WRITER)
     problem = writer_problem(writer, spec.transform, spec.reader)
@@ -228,7 +233,7 @@ def task_slots(spark: Any, min_partitions: int | None) -> int | None:
 def write_ranges_with_arrow(spark: Any, spec: JobSpec, staging: str, records_dir: str) -> int:
     """The batch's data through :func:`.arrow_writer.write_ranges`, with the spec's reader settings
     and at most one task per slot (:func:`task_slots`)."""
-    from airflow_kafka_backpressure.spark.arrow_writer import write_ranges
+    from airflow_kafka_backpressure.spark.arrow_writer import write_ranges  # defers pyarrow
 
     return write_ranges(
         spark,
@@ -250,7 +255,7 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     Raises :class:`JobError` with a message naming what failed; the sink then holds the batch's
     previous committed version, if any, and never a partial or duplicated one.
     """
-    from airflow_kafka_backpressure.spark.kafka_range_source import KAFKA_SCHEMA
+    from airflow_kafka_backpressure.spark.kafka_range_source import KAFKA_SCHEMA  # defers pyspark
     from airflow_kafka_backpressure.spark.sink import SinkError, read_records_dir, write_batch
 
     plan = spec.plan
@@ -277,7 +282,7 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
         "transform": spec.transform,
         "writer": writer,
     }
-    write_data = None
+    write_data: Callable[[str], Any] | None = None
     if not any(r.count > 0 for r in plan.ranges) and spec.transform is None:
         # nothing to read: no Spark job, the commit writes the schema-only file (executors 0)
         out = spark.createDataFrame([], KAFKA_SCHEMA)
@@ -337,8 +342,7 @@ def adopt_committed(spark: Any, spec: JobSpec) -> tuple[BatchMetrics | None, lis
     """The metrics of the batch's committed version if it is one ``spec.adopt`` accepts (a complete
     output for the planned ranges, or for the ranges this run would write: see :mod:`.fencing`),
     read from its manifest without reading Kafka; else None and why not (the batch is run)."""
-    from airflow_kafka_backpressure.spark.fencing import adoption_problems
-    from airflow_kafka_backpressure.spark.sink import committed_manifest, register
+    from airflow_kafka_backpressure.spark.sink import committed_manifest, register  # defers pyspark
 
     plan, adopt = spec.plan, spec.adopt
     assert adopt is not None
@@ -389,9 +393,6 @@ def _report_error(message: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from airflow_kafka_backpressure.spark.launcher_watch import remove_attempt_files, watch_launcher
-    from airflow_kafka_backpressure.storage import StorageError, location
-
     parser = argparse.ArgumentParser(description="Run one bounded Kafka micro-batch on Spark.")
     parser.add_argument("--spec", required=True, help="URI of the JobSpec JSON in the hand-off directory")
     args = parser.parse_args(argv)
@@ -412,9 +413,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(spec_uri: str, job_dir: Location, watch: LauncherWatch) -> int:
-    from airflow_kafka_backpressure import handoff
-    from airflow_kafka_backpressure.storage import StorageError
-
     try:
         spec = handoff.take_spec(spec_uri, os.environ.get(handoff.SPEC_KEY_ENV))
     except (handoff.HandoffError, StorageError) as e:

@@ -52,6 +52,7 @@ from pyspark.sql.types import (
 )
 
 from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.spark.completion import record_read_completion
 from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA
 from airflow_kafka_backpressure.spark.range_clients import (
     DEFAULT_CLIENT,
@@ -209,8 +210,6 @@ class KafkaRangeReader(DataSourceReader):
             return iter(())
         on_complete = None
         if self.read_records_dir is not None:
-            from airflow_kafka_backpressure.spark.completion import record_read_completion
-
             directory = self.read_records_dir
 
             def on_complete(r: OffsetRange, records: int, nbytes: int) -> None:

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_kafka_backpressure.kafka.clients import new_client
 from airflow_kafka_backpressure.kafka.config import to_confluent, to_kafka_python
 from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.spark.kafka_arrow import kafka_record_batch
@@ -223,7 +224,9 @@ class ConfluentFetcher:
 
         self._KafkaError = KafkaError
         self._KafkaException = KafkaException
-        self._Message = Message
+        # Any: the stubs type offset() and headers() for produced messages too (None before delivery,
+        # str values); a consumed message has both
+        self._Message: Any = Message
         cfg = confluent_consumer_config(kafka_props, source=source)
         self._servers = cfg["bootstrap.servers"]
         self._errors: list[Any] = []  # client-level errors, reported during consume()
@@ -344,8 +347,8 @@ class ConfluentFetcher:
             self.last_error = self._errors[-1]
         if self.last_error is None:
             return found
-        e = self.last_error
-        return found._replace(text=f"{found.text}; the client last reported {e.name()}: {e.str()}")
+        err = self.last_error
+        return found._replace(text=f"{found.text}; the client last reported {err.name()}: {err.str()}")
 
     def close(self) -> None:
         self._consumer.close()
@@ -364,8 +367,6 @@ class KafkaPythonFetcher:
 
     def __init__(self, r: OffsetRange, kafka_props: dict[str, Any], *, source: str) -> None:
         from kafka import KafkaConsumer, TopicPartition
-
-        from airflow_kafka_backpressure.kafka.clients import new_client
 
         cfg = kafka_python_consumer_config(kafka_props, source=source)
         self._range = r

@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow_kafka_backpressure.kafka.config import to_spark_kafka_options
 from airflow_kafka_backpressure.models import JobSpec
+from airflow_kafka_backpressure.spark import registry
 from airflow_kafka_backpressure.spark.errors import JobError
 
 NATIVE_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
@@ -108,7 +109,7 @@ def native_options(spec: JobSpec) -> dict[str, str]:
 def reader_settings(spec: JobSpec) -> dict[str, Any]:
     """The Python reader's settings for ``spec`` (keyword arguments of
     :func:`.kafka_range_source.range_source_options` and :func:`.arrow_writer.write_ranges`)."""
-    from airflow_kafka_backpressure.spark.kafka_range_source import (
+    from airflow_kafka_backpressure.spark.kafka_range_source import (  # defers pyspark
         DEFAULT_CLIENT,
         DEFAULT_MAX_RECORDS_PER_BATCH,
         DEFAULT_MAX_RECORDS_PER_PARTITION,
@@ -130,8 +131,7 @@ def reader_settings(spec: JobSpec) -> dict[str, Any]:
 def read_ranges(spark: Any, spec: JobSpec, reader: str, *, read_records_dir: str | None = None) -> Any:
     """The batch's records as a DataFrame with the Kafka source schema (lazy). With
     ``read_records_dir`` the Python reader leaves a completion record per input partition there."""
-    from airflow_kafka_backpressure.spark import registry
-    from airflow_kafka_backpressure.spark.kafka_range_source import (
+    from airflow_kafka_backpressure.spark.kafka_range_source import (  # defers pyspark
         KAFKA_SCHEMA,
         KafkaRangeDataSource,
         range_source_options,

@@ -13,7 +13,7 @@ from .polling import PollingTrigger
 
 
 def replayable_batch_ids(ledger_conn_id: str | None, pipeline: str, stale_before_ms: int | None) -> list[int]:
-    from ..hooks.ledger import LedgerHook
+    from ..hooks.ledger import LedgerHook  # defers the hook and SQLAlchemy: in the triggerer, when it checks
 
     return [
         b.batch_id
@@ -60,7 +60,7 @@ class FailedRangesTrigger(PollingTrigger):
 
     def check(self) -> dict[str, Any] | None:
         if self._legacy_url is not None:
-            from ..hooks.ledger import ledger_for_url
+            from ..hooks.ledger import ledger_for_url  # defers SQLAlchemy: in the triggerer, when it checks
 
             ids = [
                 b.batch_id

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kafka.lag import LagThresholds
+from ..kafka.lag import LagThresholds, measure_lag
 from .polling import PollingTrigger
 
 
@@ -24,9 +24,9 @@ def lag_report(
     timeout_s: float,
 ):
     """Measure the pipeline's lag through the hooks (connections resolved here)."""
+    # defers the hooks' Kafka and SQL clients: in the triggerer, when it checks
     from ..hooks.kafka_offsets import KafkaOffsetsHook
     from ..hooks.ledger import LedgerHook
-    from ..kafka.lag import measure_lag
 
     with KafkaOffsetsHook(kafka_conn_id, timeout_s=timeout_s).get_conn() as kafka:
         return measure_lag(
