@@ -127,3 +127,13 @@ def observe_reads(
         return [(r, int(got[f"n{i}"] or 0), total if i == 0 else 0) for i, r in enumerate(live)]
 
     return df.observe(observation, *exprs), result
+
+
+def observe_rows(df: Any) -> tuple[Any, Callable[[], int]]:
+    """``df`` with Spark counting its rows as they pass (``DataFrame.observe``), and a function that
+    returns the count once an action on it has finished: the rows a write wrote."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    observation = Observation()
+    return df.observe(observation, F.count(F.lit(1)).alias("rows")), lambda: int(observation.get["rows"] or 0)

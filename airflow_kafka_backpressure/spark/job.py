@@ -286,7 +286,7 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     if not any(r.count > 0 for r in plan.ranges) and spec.transform is None:
         # nothing to read: no Spark job, the commit writes the schema-only file (executors 0)
         out = spark.createDataFrame([], KAFKA_SCHEMA)
-        write_data = lambda staging: None  # noqa: E731
+        write_data = lambda staging: 0  # noqa: E731
     elif writer == "arrow":  # the tasks read and write: the DataFrame only gives the sink its schema
         out = spark.createDataFrame([], KAFKA_SCHEMA)
         write_data = lambda staging: write_ranges_with_arrow(spark, spec, staging, records_dir or "")  # noqa: E731

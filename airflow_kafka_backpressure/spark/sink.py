@@ -88,7 +88,12 @@ from pyspark.sql.types import StructType
 
 from airflow_kafka_backpressure.models import OffsetRange, batch_path
 from airflow_kafka_backpressure.spark import registry
-from airflow_kafka_backpressure.spark.completion import completed_reads, observe_reads, tally_reads
+from airflow_kafka_backpressure.spark.completion import (
+    completed_reads,
+    observe_reads,
+    observe_rows,
+    tally_reads,
+)
 from airflow_kafka_backpressure.spark.executors import executors_that_ran
 from airflow_kafka_backpressure.spark.fencing import fence_markers, fence_problem, raise_fence, read_fence
 from airflow_kafka_backpressure.spark.manifest_source import (
@@ -180,6 +185,7 @@ class BatchSinkWriter(DataSourceArrowWriter):
                 for d in json.loads(opts.get("reads", "[]"))
             ]
             self.read_by = [str(e) for e in json.loads(opts.get("executors", "[]"))]
+            self.written_rows = int(opts["writtenrows"]) if opts.get("writtenrows") else None
         except (KeyError, ValueError, TypeError) as e:
             raise SinkError(
                 f"{SINK_SOURCE_NAME}: options sink, batchId, token and ranges are required ({e})"
@@ -228,6 +234,7 @@ class BatchSinkWriter(DataSourceArrowWriter):
                 attempt=self.attempt,
                 reads=self.reads,
                 read_by=self.read_by,
+                written_rows=self.written_rows,
             )
         elif self.stage == "abort":
             try:
@@ -321,11 +328,14 @@ def commit_batch(
     attempt: int | None = None,
     reads: Sequence[tuple[OffsetRange, int, int]] = (),
     read_by: Sequence[str] = (),
+    written_rows: int | None = None,
 ) -> dict[str, Any]:
     """Publish the staging directory of attempt ``token`` as batch ``batch_id`` (see the module doc).
     ``reads``: ranges read to their end, with their records and key+value bytes, known on the
     driver (the native reader's observed counts) rather than left as completion records, and
-    ``read_by`` the executors that read them."""
+    ``read_by`` the executors that read them. ``written_rows``: the rows the writer wrote (Spark
+    counted them as they went to its Parquet writer, after the transform; the arrow writer's tasks
+    report theirs): the published files must hold exactly as many, or nothing is published."""
     root = location(sink)
     staging = root.child(staging_dir_name(batch_id, token))
     final = root.child(batch_dir_name(batch_id))
@@ -337,6 +347,16 @@ def commit_batch(
         executors |= set(read_by)
         counts, nbytes, unread = tally_reads(ranges, [*completed, *reads])
         read_dir.delete()
+        seen = sum(int(f["rows"]) for f in files)
+        if written_rows is not None and seen != written_rows:
+            staging.delete()
+            raise SinkError(
+                f"batch {batch_id}: the writer wrote {written_rows} rows but the committing side sees {seen} "
+                f"in {len(files)} Parquet file(s) under {staging.uri}; nothing was published. The files were "
+                "written where the Spark driver cannot see them (a local sink path while executors run on "
+                "other hosts: use a path every executor and the driver share, such as HDFS, S3 or a shared "
+                "mount) or removed during the commit"
+            )
         # executors: those that read the ranges; none read (an empty batch, the native reader): at
         # least the one that wrote a file
         n_executors = len(executors) or (1 if files else 0)
@@ -495,7 +515,9 @@ def write_batch(
     ``plain_columns``: the columns written without dictionary encoding (default
     :data:`PLAIN_COLUMNS`; names ``df`` lacks are ignored). ``write_data``: writes the data into
     the staging URI it is given instead of Spark's Parquet writer (``df`` then gives the schema
-    only; :mod:`.arrow_writer`); the fence and commit are the same. ``count_reads``: ``df`` is the
+    only; :mod:`.arrow_writer`) and returns the rows it wrote (None: not known); the fence and
+    commit are the same. The commit checks the rows it publishes against the rows written
+    (:func:`commit_batch`). ``count_reads``: ``df`` is the
     batch's Kafka records as read, every range to its end (the native reader, no transform): Spark
     counts each range's records and bytes while it writes them (``DataFrame.observe``), and the
     counts travel to the commit in its options (see :func:`commit_batch`)."""
@@ -529,10 +551,14 @@ def write_batch(
     # Timestamps as INT64 microseconds (Spark's default, INT96, is deprecated in Parquet).
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     data, observed = observe_reads(df, ranges) if count_reads and write_data is None else (df, None)
+    rows: Callable[[], int] | None = None
+    if write_data is None and observed is None:
+        data, rows = observe_rows(data)
     read_by: set[str] | None = None
+    written: Any = None
     try:
         if write_data is not None:
-            write_data(staging_uri(sink, batch_id, token))
+            written = write_data(staging_uri(sink, batch_id, token))
         else:
             writer = (
                 data.write.mode("append")
@@ -556,6 +582,12 @@ def write_batch(
             [{"range": r.to_dict(), "records": n, "bytes": b} for r, n, b in observed()]
         )
         opts["executors"] = json.dumps(sorted(read_by or ()))
+        # the native reader without a transform: every row written is a record read
+        opts["writtenRows"] = str(sum(n for _, n, _ in observed()))
+    elif rows is not None:
+        opts["writtenRows"] = str(rows())
+    elif isinstance(written, int) and not isinstance(written, bool):
+        opts["writtenRows"] = str(written)
     stage("commit")
     manifest = read_manifest(sink, batch_id) if in_driver else committed_manifest(spark, sink, batch_id)
     if manifest is None or manifest.get("token") != token:

@@ -203,3 +203,38 @@ def test_a_commit_deletes_only_its_own_and_older_attempts_staging(tmp_path):
     assert sink_mod.leftovers(str(sink), 1) == [sink_mod.staging_dir_name(1, tokens[3])]
     assert (sink / sink_mod.staging_dir_name(1, tokens[3]) / "part-0.parquet").exists()
     assert sink_mod.leftovers(str(sink), 2) == [sink_mod.staging_dir_name(2, tokens[1])]
+
+
+def test_a_commit_of_fewer_rows_than_were_written_publishes_nothing(spark, tmp_path):
+    """Issue 22, item 5: the commit published the Parquet files the committing side could see, so a
+    batch whose files landed elsewhere (a local sink path with executors on other hosts) committed
+    fewer rows, or none, as a success. The rows written now travel to the commit, which compares."""
+    sink = tmp_path / "sink"
+
+    def write_then_lose_a_file(staging: str) -> int:
+        _rows(spark, range(6)).repartition(2).write.parquet(staging)
+        parts = sorted(Path(location(staging).path).glob("part-*.parquet"))
+        assert len(parts) == 2
+        parts[0].unlink()  # what the driver sees of a file written on another host's local disk
+        return 6
+
+    with pytest.raises(
+        Exception,
+        match=r"(?s)batch 1: the writer wrote 6 rows but the committing side sees [0-5] .*nothing was published.*local sink path",
+    ):
+        sink_mod.write_batch(
+            spark,
+            _rows(spark, []),
+            str(sink),
+            1,
+            RANGES,
+            DESCRIBE,
+            token="d" * 32,
+            attempt=1,
+            write_data=write_then_lose_a_file,
+        )
+    assert not (sink / sink_mod.batch_dir_name(1)).exists()
+    assert sink_mod.leftovers(str(sink), 1) == []
+    # Spark's own writer: the rows it wrote are counted as they pass, and the commit agrees
+    m = write(spark, sink, range(5), attempt=2, token="e" * 32)
+    assert m["rows"] == 5 and ids(sink) == [0, 1, 2, 3, 4]
