@@ -30,7 +30,8 @@ from .test_batch_stop import (
     ProcessWatch,
     check_failed_and_replay,
     check_stopped,
-)  # noqa: F401
+    engine_setup,  # noqa: F401 - a fixture
+)
 from .test_pipeline_e2e import airflow_db, make_pipeline  # noqa: F401 - fixtures
 
 
