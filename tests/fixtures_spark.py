@@ -294,7 +294,9 @@ def spark_standalone() -> Iterator[StandaloneCluster]:
         while True:
             try:
                 alive = [w for w in cluster.master_json().get("workers", []) if w.get("state") == "ALIVE"]
-            except OSError:
+            except (OSError, ValueError):
+                # not up yet: refused, or (ValueError: JSONDecodeError) the UI's port answers before its
+                # /json/ page does, with an empty body: seen once when the machine was loaded
                 alive = []
             if alive:
                 cluster.worker_web_ui_url = alive[0]["webuiaddress"]
