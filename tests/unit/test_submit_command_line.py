@@ -44,10 +44,12 @@ class _Captured(SparkSubmitHook):
         return None
 
 
-def _submit(monkeypatch, tmp_path, conn_id: str, master: str, deploy_mode: str) -> dict:
-    extra = {"deploy-mode": deploy_mode}
+def _engine_and_spec(monkeypatch, tmp_path, conn_id: str, master: str, deploy_mode: str, **engine_kw):
+    """A submit engine whose hook is the captured provider hook, on a ``spark`` connection of
+    ``master`` and ``deploy_mode``, and a spec whose Kafka properties hold a planted password."""
     monkeypatch.setenv(
-        f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "spark", "host": master, "extra": extra})
+        f"AIRFLOW_CONN_{conn_id.upper()}",
+        json.dumps({"conn_type": "spark", "host": master, "extra": {"deploy-mode": deploy_mode}}),
     )
     _Captured.seen = []
     engine = SubmitEngine(
@@ -56,13 +58,25 @@ def _submit(monkeypatch, tmp_path, conn_id: str, master: str, deploy_mode: str) 
         deploy_mode=deploy_mode,
         work_root=tmp_path / "work",
         executors=2,
-        spark_conf={"spark.hadoop.fs.s3a.secret.key": "s3-s3cret", "spark.sql.shuffle.partitions": "4"},
+        **engine_kw,
     )
     plan = BatchPlan("p", 7, "r", (OffsetRange("t", 0, 0, 10),), str(tmp_path / "sink"), 1000, 0)
     spec = JobSpec(
         plan=plan,
         kafka={"bootstrap.servers": "b:9093", "sasl.mechanism": "SCRAM-SHA-512", "sasl.password": PASSWORD},
         launched_at_ms=1,
+    )
+    return engine, spec
+
+
+def _submit(monkeypatch, tmp_path, conn_id: str, master: str, deploy_mode: str) -> dict:
+    engine, spec = _engine_and_spec(
+        monkeypatch,
+        tmp_path,
+        conn_id,
+        master,
+        deploy_mode,
+        spark_conf={"spark.hadoop.fs.s3a.secret.key": "s3-s3cret", "spark.sql.shuffle.partitions": "4"},
     )
     # the captured hook does not run the driver, so no result comes back: the batch fails as it would
     with pytest.raises(BatchJobError, match="left no result"):
@@ -105,23 +119,9 @@ def test_yarn_cluster_mode_hands_the_key_over_in_the_private_properties_file(mon
 
 
 def test_kubernetes_cluster_mode_is_refused_before_anything_is_written(monkeypatch, tmp_path):
-    conn_id = "spark_k8s_cluster"
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{conn_id.upper()}",
-        json.dumps(
-            {"conn_type": "spark", "host": "k8s://https://api:6443", "extra": {"deploy-mode": "cluster"}}
-        ),
+    engine, spec = _engine_and_spec(
+        monkeypatch, tmp_path, "spark_k8s_cluster", "k8s://https://api:6443", "cluster"
     )
-    _Captured.seen = []
-    engine = SubmitEngine(
-        lambda **kw: _Captured(conn_id=conn_id, **kw),
-        master="k8s://https://api:6443",
-        deploy_mode="cluster",
-        work_root=tmp_path / "work",
-        executors=1,
-    )
-    plan = BatchPlan("p", 7, "r", (OffsetRange("t", 0, 0, 10),), str(tmp_path / "sink"), 1000, 0)
-    spec = JobSpec(plan=plan, kafka={"sasl.password": PASSWORD}, launched_at_ms=1)
     with pytest.raises(BatchJobError, match=r"(?s)Kubernetes.*pod.*deploy-mode to client.*connect engine"):
         engine.run(spec)
     assert _Captured.seen == [] and not (tmp_path / "sink").exists()
