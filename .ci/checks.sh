@@ -30,7 +30,18 @@ else
 fi
 # every test's fixtures resolve, without running anything (pytest --setup-plan): a fixture imported
 # from another module and dropped by a lint fix fails here, not as a setup error deep in the suite
-step "fixtures" .venv/bin/python -m pytest --setup-plan -q -p no:cacheprovider
+fixtures() {
+    # its plan lists every fixture of every test: printed only when it fails
+    local out rc=0
+    out="$(.venv/bin/python -m pytest --setup-plan -q -p no:cacheprovider 2>&1)" || rc=$?
+    if [[ $rc -ne 0 ]]; then
+        grep -vE '^ *(SETUP|TEARDOWN) ' <<<"$out" | tail -80
+    else
+        tail -1 <<<"$out"
+    fi
+    return "$rc"
+}
+step "fixtures" fixtures
 # the docs build, once scripts/docs.sh exists
 if [[ -f scripts/docs.sh ]]; then
     step "docs" bash scripts/docs.sh

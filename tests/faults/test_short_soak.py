@@ -27,7 +27,7 @@ def test_a_short_soak_with_random_faults_loses_and_duplicates_nothing():
             sys.executable,
             str(REPO / "bench" / "soak.py"),
             "--batches",
-            "8",
+            "5",
             "--fault-rate",
             "0.35",
             "--seed",
