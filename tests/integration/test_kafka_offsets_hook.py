@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -78,18 +79,19 @@ def test_offsets_of_a_deleted_topic_say_the_topic_is_gone_not_the_broker(
     ensure_topic(kafka_broker.bootstrap, topic_name, 2)
     produce(kafka_broker.bootstrap, topic_name, count=10, partitions=2)
     tps = [TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)]
-    # This test failed once beside a second pytest (load average 11; its message was lost with the
-    # interrupted run). Two races fit, both closed here. 15 s, not 5: the query waits out its
-    # timeout for the gone partitions, then asks the cluster which topics exist through a new admin
-    # client; if that cannot answer in time the product rightly says it cannot tell, and blames the broker.
+    # This test failed once beside a second pytest (load average 11) with "DID NOT RAISE": the
+    # broker still served the deleted topic's offsets. DeleteTopics answers once the controller has
+    # the deletion and the broker applies it a moment later (Kafka updates the broker's metadata
+    # before its partitions): until then returning offsets is right. So the test waits for the
+    # cluster's topic list to drop the topic, and then asks each query until it stops answering;
+    # its first error must name the topic. 15 s, not 5: the query waits out its timeout for the gone
+    # partitions, then asks through a new admin client which topics exist; when that cannot answer
+    # in time the product rightly says it cannot tell, and blames the broker.
     with _hook(conn_id, timeout_s=15.0).get_conn() as kafka:
         assert kafka.earliest_offsets(tps) == dict.fromkeys(tps, 0)  # the client knows the topic
         admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
         try:
             admin.delete_topics([topic_name])
-            # DeleteTopics answers once the controller has the deletion; the broker applies it a
-            # moment later (until then it still serves the offsets, rightly): wait for the cluster's
-            # own view to drop the topic, as an operator's `kafka-topics --list` would show it
             deadline = time.monotonic() + 60
             while topic_name in admin.list_topics():
                 assert time.monotonic() < deadline, f"{topic_name} still listed 60 s after its deletion"
@@ -97,9 +99,25 @@ def test_offsets_of_a_deleted_topic_say_the_topic_is_gone_not_the_broker(
         finally:
             admin.close()
         for query in (kafka.earliest_offsets, kafka.latest_offsets):
-            with pytest.raises(TopicNotFoundError, match=rf"{topic_name}.*no longer exist") as err:
-                query(tps)
-            assert "down, frozen or unreachable" not in str(err.value)
+            error = _first_error(query, tps, within_s=60)
+            assert isinstance(error, TopicNotFoundError), repr(error)
+            assert re.search(rf"{topic_name}.*no longer exist", str(error)), str(error)
+            assert "down, frozen or unreachable" not in str(error)
+
+
+def _first_error(query, tps, within_s: float) -> Exception:
+    """``query(tps)`` again every 0.2 s while it still answers, until it raises: that exception. A
+    broker that answers for ``within_s`` after the deletion fails the test."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            query(tps)
+        except Exception as e:  # noqa: BLE001 - handed to the test's assertions
+            return e
+        assert time.monotonic() < deadline, (
+            f"{query.__name__} still answered {within_s:g} s after the deletion"
+        )
+        time.sleep(0.2)
 
 
 def test_unreachable_broker_is_a_clear_error_not_a_hang(monkeypatch):
