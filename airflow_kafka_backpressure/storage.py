@@ -26,6 +26,8 @@ from urllib.parse import urlparse
 
 #: Hadoop scheme names that pyarrow knows under another name.
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
+#: Reads of a directory whose entries change while it is listed (see :meth:`Location.children`).
+LIST_TRIES = 5
 
 
 class StorageError(RuntimeError):
@@ -80,10 +82,18 @@ class Location:
         """``(name, is_dir, size)`` of the entries directly under this directory (none if absent)."""
         from pyarrow.fs import FileSelector, FileType
 
-        try:
-            infos = self.fs.get_file_info(FileSelector(self.path, allow_not_found=True, recursive=False))
-        except OSError as e:
-            raise StorageError(f"cannot list {self.uri}: {e}") from e
+        selector = FileSelector(self.path, allow_not_found=True, recursive=False)
+        for tries_left in reversed(range(LIST_TRIES)):
+            try:
+                infos = self.fs.get_file_info(selector)
+                break
+            except FileNotFoundError as e:
+                # an entry went between the directory's read and its stat (another writer's temporary
+                # file renamed into place, as write_bytes does): the listing is read again
+                if not tries_left:
+                    raise StorageError(f"cannot list {self.uri}: {e}") from e
+            except OSError as e:
+                raise StorageError(f"cannot list {self.uri}: {e}") from e
         return sorted(
             (posixpath.basename(i.path), i.type == FileType.Directory, int(i.size or 0)) for i in infos
         )
