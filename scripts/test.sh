@@ -39,7 +39,9 @@ BACKGROUND=(tests/faults tests/integration/test_standalone_executors.py tests/in
 # the foreground names its folders: pytest's --ignore does not drop a folder that pyproject's
 # testpaths names (tests/faults ran in both shards when the foreground relied on it)
 FOREGROUND=(tests/unit tests/integration)
-for path in "${BACKGROUND[@]}"; do [[ $path == tests/integration/* ]] && FOREGROUND+=("--ignore=$path"); done
+for path in "${BACKGROUND[@]}"; do
+    if [[ $path == tests/integration/* ]]; then FOREGROUND+=("--ignore=$path"); fi
+done
 
 mkdir -p .tmp
 FAULTS_LOG="$ROOT/.tmp/test-faults.$$.log"
