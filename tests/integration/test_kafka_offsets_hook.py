@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 
@@ -13,6 +12,7 @@ from airflow_kafka_backpressure.kafka.offsets import KafkaUnavailableError, Topi
 from airflow_kafka_backpressure.local.broker import free_port
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce
 from airflow_kafka_backpressure.models import TopicPartition
+from tests.faults.harness import wait_for
 
 
 def _connection(monkeypatch, conn_id: str, extra: dict, **fields) -> str:
@@ -92,32 +92,35 @@ def test_offsets_of_a_deleted_topic_say_the_topic_is_gone_not_the_broker(
         admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
         try:
             admin.delete_topics([topic_name])
-            deadline = time.monotonic() + 60
-            while topic_name in admin.list_topics():
-                assert time.monotonic() < deadline, f"{topic_name} still listed 60 s after its deletion"
-                time.sleep(0.2)
+            wait_for(
+                f"the topic list to drop {topic_name}",
+                lambda: topic_name not in admin.list_topics(),
+                60,
+                every_s=0.2,
+                transient=(),
+            )
         finally:
             admin.close()
         for query in (kafka.earliest_offsets, kafka.latest_offsets):
-            error = _first_error(query, tps, within_s=60)
+            error = wait_for(
+                f"{query.__name__} to stop answering for the deleted topic",
+                lambda q=query: _error_of(q, tps),
+                60,
+                every_s=0.2,
+                transient=(),
+            )
             assert isinstance(error, TopicNotFoundError), repr(error)
             assert re.search(rf"{topic_name}.*no longer exist", str(error)), str(error)
             assert "down, frozen or unreachable" not in str(error)
 
 
-def _first_error(query, tps, within_s: float) -> Exception:
-    """``query(tps)`` again every 0.2 s while it still answers, until it raises: that exception. A
-    broker that answers for ``within_s`` after the deletion fails the test."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            query(tps)
-        except Exception as e:  # noqa: BLE001 - handed to the test's assertions
-            return e
-        assert time.monotonic() < deadline, (
-            f"{query.__name__} still answered {within_s:g} s after the deletion"
-        )
-        time.sleep(0.2)
+def _error_of(query, tps) -> Exception | None:
+    """What ``query(tps)`` raised; None while it still answers (the deletion not yet applied)."""
+    try:
+        query(tps)
+    except Exception as e:  # noqa: BLE001 - handed to the test's assertions
+        return e
+    return None
 
 
 def test_unreachable_broker_is_a_clear_error_not_a_hang(monkeypatch):
