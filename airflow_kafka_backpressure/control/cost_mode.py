@@ -8,7 +8,10 @@ The controller keeps a window of recent batches (records, processing time, execu
 * **drain**: otherwise read more, up to the batch predicted to take ``max_ratio`` of the interval
   divided by ``1 + NOISE_SIGMAS × noise`` (noise: the spread of the one-batch-ahead prediction
   errors — no margin when the times are exact), but never below ``target_ratio``: the margin only
-  uses the room between the two (with ``target_ratio = max_ratio`` the batches aim at the target). With ``drain_horizon_s`` = 0 the backlog is read
+  uses the room between the two (with ``target_ratio = max_ratio`` the batches aim at the target),
+  and never below one interval's arrivals where the model predicts they fit within ``max_ratio``
+  (headroom is kept when there is no backlog, never by reading less than arrives). With
+  ``drain_horizon_s`` = 0 the backlog is read
   as fast as that allows; with a horizon, by the smallest batch (not below the target batch) that
   clears it within the horizon at the current arrival rate, never smaller than the previous batch
   while the drain lasts, so it is really gone within the horizon;
@@ -28,17 +31,26 @@ faster batch really happened), so a recovery does not overshoot.
 
 While the fixed cost is unknown (every batch had about the same size), a batch that would run above
 the target is made ``PROBE`` smaller than usual once: that measures the fixed cost instead of
-mistaking it for slow records — the mistake that makes Spark's PID shrink batches for ever.
+mistaking it for slow records — the mistake that makes Spark's PID shrink batches for ever. Only
+where the arrivals do not fit within ``max_ratio``: where they fit, nothing shrinks for ever, and a
+probe only leaves a quarter of a batch behind (under noise the probes came back every few batches,
+and the batch after each ran over the interval). Such a pipeline's fixed cost is measured when batch
+sizes vary on their own, and :func:`fixed_cost_warning` waits for that.
 Growth is bounded by the model's predicted time (a batch planned within ``max_ratio`` of the
 interval), not by the sizes seen: after a quiet period a burst is read at once at the largest batch
 the model predicts to fit. With more than ``EXTRAPOLATION`` × the largest batch measured available,
 the prediction uses a per-record cost never below the last identified one
 (:meth:`CostModel.per_record_floor_s`): a fit on batches whose time is all fixed cost cannot tell
-the per-record cost and must not plan an unbounded batch.
+the per-record cost and must not plan an unbounded batch. The last identified cost is a line's
+(Theil-Sen), or a fit on the known fixed cost whose per-record work is at least ``IDENTIFIED_SHARE``
+of a typical batch's time: so it follows a slow drift, and a stale, higher one cannot bound big
+batches for ever.
 
-**Correction (a PID on the backlog the budget leaves).** The cost model is the feedforward; its noise
-margin keeps drain batches below ``max_ratio``, and a model that is slightly off keeps them below
-what arrives. The correction removes that steady-state deficit. Its error signal, once per finished
+**Correction (a PID on the backlog the budget leaves).** The cost model is the feedforward: it reads
+what arrives, and its noise margin keeps drain batches below ``max_ratio``. So the backlog that runs
+over the interval leave behind (under noise, or with a model that is slightly off) has no room to
+drain in: with ±40% noise at 90% load it grows without bound (``test_simulator``). The correction
+removes that steady-state deficit. Its error signal, once per finished
 batch, is
 
     error = (records available at plan − the batch's budget) × per-record cost / executors / interval
@@ -100,6 +112,9 @@ FIXED_COST_WARNING_SIGMAS = 1.0
 #: Beyond this many times the largest batch measured (per executor) a batch is an extrapolation:
 #: its predicted time uses a per-record cost never below :meth:`CostModel.per_record_floor_s`.
 EXTRAPOLATION = 4.0
+#: A fit on the known fixed cost measures the per-record cost when the per-record work is at least
+#: this share of a typical batch's time (the last identified per-record cost then follows it).
+IDENTIFIED_SHARE = 0.5
 #: Arrival rate: the median of the rates between the last plans (robust to one burst).
 ARRIVAL_WINDOW_PLANS = 5
 
@@ -319,15 +334,22 @@ def plan_budget(
         )
     margin = 1 + NOISE_SIGMAS * fit.noise
     n_target = fit.records_within(params.target_ratio * interval, e)
+    arrivals = (arrivals_per_s or 0.0) * interval  # records arriving per interval
+    work_s = arrivals * fit.per_record_s / e  # the per-record work they need per interval
+    # the model says one interval's arrivals fit within max_ratio: then the feedforward reads at least
+    # them. The noise margin is never a reason to read less than what arrives: a batch below the
+    # arrivals leaves a backlog, and the batch that reads it runs over the interval more often
+    keeps_up = arrivals > 0 and fit.predict_s(arrivals, e) <= params.max_ratio * interval
     # the longest batch planned: max_ratio less the noise margin, but never below the target — the
     # margin only uses the room between target_ratio and max_ratio (target = max: batches aim at it)
+    # — nor below the arrivals where they fit
     ff_cap_s = max(params.max_ratio / margin, params.target_ratio) * interval  # the feedforward's
+    if keeps_up:
+        ff_cap_s = max(ff_cap_s, fit.predict_s(arrivals, e))
     room = max(params.max_ratio * interval - ff_cap_s, 0.0)
     added = 0.0 if correction is None else min(max(correction.terms(params)["output"] * interval, 0.0), room)
     cap_s = ff_cap_s + added
     n_max = fit.records_within(cap_s, e)
-    arrivals = (arrivals_per_s or 0.0) * interval  # records arriving per interval
-    work_s = arrivals * fit.per_record_s / e  # the per-record work they need per interval
 
     def done(n: float, regime: str, reason: str) -> BatchBudget:
         if not math.isfinite(n):  # no per-record cost, or the fixed-cost regime: everything there is
@@ -336,7 +358,10 @@ def plan_budget(
         if added > 0 and regime in ("drain", "capacity"):
             reason += f"; the correction adds {added / interval:.1%} of the interval (a backlog persisted)"
         probe = (1 - PROBE) * fit.typical_work_units * e
-        if regime != "keep-up" and _needs_probe(fit, params, min(n, lag), interval, e):
+        # a probe tells a fixed cost from slow records where batches would not keep up. Where the
+        # model says the arrivals fit, a probe would only leave records behind: under noise the
+        # fixed cost may never show, and each probe's backlog makes the next batch run over
+        if regime != "keep-up" and not keeps_up and _needs_probe(fit, params, min(n, lag), interval, e):
             n = probe
             reason += f"; this batch is {PROBE:.0%} smaller than usual to measure the fixed cost"
         elif fit.method == "proportional" and n < probe:
@@ -380,6 +405,13 @@ def plan_budget(
         f"the arrivals need {work_s:.1f} s of per-record work per {interval:g} s interval besides the "
         f"{fit.fixed_s:.1f} s fixed cost: more executors would help; batches stay within the interval",
     )
+
+
+def _identifies_per_record(fit: CostFit) -> bool:
+    """Whether a fit on a known fixed cost measures the per-record cost: the per-record work is at
+    least ``IDENTIFIED_SHARE`` of a typical batch's time (not a trickle, whose time is all fixed)."""
+    typical = fit.typical_work_units
+    return typical > 0 and fit.per_record_s * typical >= IDENTIFIED_SHARE * fit.predict_s(typical)
 
 
 def _needs_probe(fit: CostFit, params: CostParams, reads: float, interval: float, executors: int) -> bool:
@@ -471,6 +503,11 @@ class CostModel:
         new = self.fit()
         if new is not None and new.method == "theil-sen":
             self.fixed_prior_s, self.fixed_prior_se_s = new.fixed_s, new.fixed_se_s
+            self.per_record_prior_s = new.per_record_s
+        elif new is not None and new.method == "prior-fixed-cost" and _identifies_per_record(new):
+            # the fixed cost is known and the per-record work is most of a batch's time: the window
+            # measures the per-record cost. It follows a slow drift, which no line and no level
+            # shift catches (a stale, higher prior would bound big batches for ever)
             self.per_record_prior_s = new.per_record_s
         return None
 

@@ -297,6 +297,10 @@ def _over_above_floor(s: Sweep, mode: str) -> float:
     return s.pooled_over_share(s.by_mode[mode]) - s.pooled_over_share(s.floor)
 
 
+def _worst_seed_over_above_floor(s: Sweep, mode: str) -> float:
+    return max(f.over_share - floor.over_share for f, floor in zip(s.by_mode[mode], s.floor))
+
+
 LAG_BOUNDED = Criterion("seeds with no upward lag trend (share)", 1, False, _lag_bounded)
 LAG_TREND = Criterion("worst lag trend / arrivals per interval", 0.01, True, _trend)
 
@@ -330,6 +334,12 @@ def criteria() -> dict[str, tuple[Criterion, ...]]:
         ),
         Criterion(
             "share over the interval − floor's (pooled)", MAX_OVER_SHARE_ABOVE_FLOOR, True, _over_above_floor
+        ),
+        Criterion(
+            "share over the interval − floor's (worst seed)",
+            MAX_OVER_SHARE_ABOVE_FLOOR,
+            True,
+            _worst_seed_over_above_floor,
         ),
     )
     drift = Criterion(
