@@ -57,7 +57,8 @@ def airflow_db():
 
 #: Tests of what is engine-agnostic above the hook (Variables, the ledger, the replay DAG) run on the
 #: connect engine only, whose batches cost a fraction of spark-submit's; the submit engine keeps the
-#: three-runs, arrow writer and partition tests here, and the batch stop and fault suites.
+#: three-runs and partition tests here, and the batch stop and fault suites (the arrow writer under
+#: spark-submit, through the DAG: tests/integration/test_arrow_batch_stop.py's ingest, kill and replay).
 CONNECT_ONLY = pytest.mark.parametrize("make_pipeline", ["connect"], indirect=True)
 
 
@@ -244,11 +245,13 @@ def test_a_broken_state_variable_fails_the_batch_and_the_replay_completes_it(mak
     assert sum(committed(kafka_broker.bootstrap, p).values()) == 60
 
 
+@CONNECT_ONLY
 def test_the_arrow_writer_ingests_exactly_once_and_a_rerun_rewrites_the_same_batch(
     make_pipeline, kafka_broker
 ):
-    """``reader_options.writer = "arrow"`` (the reading tasks write the Parquet files) on each engine:
-    over Spark Connect the task function reaches the server's Python workers with the package."""
+    """``reader_options.writer = "arrow"`` (the reading tasks write the Parquet files): over Spark
+    Connect the task function reaches the server's Python workers with the package. (Under
+    spark-submit the same writer runs in test_arrow_batch_stop.py: 137 s of CI for a second copy.)"""
     p, ledger = make_pipeline(reader_options={"writer": "arrow", "max_records_per_partition": 10})
     topic = p.topics[0]
     produce(kafka_broker.bootstrap, topic, count=80, partitions=4)
