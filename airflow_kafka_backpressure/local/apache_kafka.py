@@ -55,8 +55,16 @@ def java_binary() -> str:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: a UUID in URL-safe base64 without padding, as ``kafka-storage random-uuid``."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: a UUID in URL-safe base64 without padding, as ``kafka-storage random-uuid``.
+
+    One in 64 such strings starts with ``-``, which a command line reads as an option
+    (``kafka-storage format -t -abc`` fails with "expected one argument"); like Kafka's own
+    ``Uuid.randomUuid()``, draw again until it does not.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaBroker:
@@ -143,8 +151,7 @@ class KafkaBroker:
                     "kafka.tools.StorageTool",
                     "format",
                     "--standalone",
-                    "-t",
-                    new_cluster_id(),
+                    f"--cluster-id={new_cluster_id()}",
                     "-c",
                     str(server_properties),
                     classpath=classpath,
