@@ -86,11 +86,13 @@ def _name_of_test(request: pytest.FixtureRequest, limit: int) -> str:
 
 @pytest.fixture(scope="session")
 def kafka_broker(spark_kafka_connector):
-    """Apache Kafka (KRaft, one node) on 127.0.0.1 and free ports, for the whole session."""
+    """Apache Kafka (KRaft, one node) on 127.0.0.1 and free ports, for the whole session: a
+    PLAINTEXT listener (``bootstrap``) and a SASL/SCRAM-over-TLS one (``secured_bootstrap``; users
+    by ``add_scram_user``, client settings by ``secured_client_properties``)."""
     from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
 
     work = TMP_ROOT / f"kafka-{os.getpid()}"
-    yield from served(KafkaBroker(work), work)
+    yield from served(KafkaBroker(work, secured=True), work)
 
 
 @pytest.fixture

@@ -7,15 +7,40 @@ one: a triggerer, a readiness probe or a Python worker that keeps trying a down 
 threads, connections and log lines without end. :func:`new_client` builds the client and, if the
 constructor raises, closes the network client it had started.
 
+A wrong SASL password does not reach the caller either: kafka-python 3 logs the broker's refusal
+("Bootstrap connection to … failed: SaslAuthenticationFailedError …") and retries until its
+bootstrap times out, raising only "Unable to bootstrap". :func:`new_client` watches kafka-python's
+log while the constructor runs and, if a SASL login was refused, raises
+:class:`SaslLoginRefused` with the broker's own words instead.
+
 No Airflow or Spark imports (the Spark job and the Airflow worker both use it).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+class SaslLoginRefused(RuntimeError):
+    """The broker refused the client's SASL login (wrong user, password or mechanism)."""
+
+
+class _RefusedLogins(logging.Handler):
+    """Collects the SASL refusals kafka-python logs (its log records carry the exception)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.refusals: list[BaseException] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from kafka.errors import SaslAuthenticationFailedError
+
+        args = record.args if isinstance(record.args, tuple) else ()
+        self.refusals.extend(a for a in args if isinstance(a, SaslAuthenticationFailedError))
 
 
 def new_client(cls: Callable[..., T], *args: Any, **config: Any) -> T:
@@ -32,12 +57,22 @@ def new_client(cls: Callable[..., T], *args: Any, **config: Any) -> T:
         started.append(client)
         return client
 
+    watched = logging.getLogger("kafka.net")
+    refused = _RefusedLogins()
+    sasl = "SASL" in str(config.get("security_protocol", "")).upper()
+    if sasl:
+        watched.addHandler(refused)
     try:
         return cls(*args, kafka_client=network_client, **config)
-    except BaseException:
+    except BaseException as e:
         for client in started:
             try:
                 client.close()
             except Exception:  # noqa: BLE001 - the constructor's error is the one to report
                 pass
+        if refused.refusals and isinstance(e, Exception):
+            raise SaslLoginRefused(str(refused.refusals[-1])) from e
         raise
+    finally:
+        if sasl:
+            watched.removeHandler(refused)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..models import TopicPartition
-from .clients import new_client
+from .clients import SaslLoginRefused, new_client
 from .config import redact, to_kafka_python
 
 #: Seconds the watchdog waits beyond ``timeout_s`` for kafka-python's own timeout to fire first.
@@ -66,6 +66,17 @@ class KafkaOffsets:
             "this machine; if they are only slow, raise the pipeline's kafka_timeout_s (the hook's timeout_s)."
         )
 
+    def _refused(self, e: SaslLoginRefused, what: str) -> KafkaUnavailableError:
+        props = self.properties
+        mechanism = props.get("sasl.mechanism", props.get("sasl.mechanisms", "PLAIN"))
+        return KafkaUnavailableError(
+            f"{self.source}: {what}: the broker at {self.bootstrap} refused the SASL login of user "
+            f"{props.get('sasl.username')!r} (sasl.mechanism {mechanism}, security.protocol "
+            f"{props.get('security.protocol')}): {e}. Fix sasl.username and sasl.password (and sasl.mechanism, "
+            f"which must be one the broker enables for this user) in the extra of {self.source}; nothing was "
+            "read or committed."
+        )
+
     def _no_answer(self, what: str, cause: BaseException | None = None) -> KafkaUnavailableError:
         detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
         return KafkaUnavailableError(
@@ -100,6 +111,8 @@ class KafkaOffsets:
             )
         except KafkaUnavailableError:
             raise
+        except SaslLoginRefused as e:
+            raise self._refused(e, what) from e
         except KafkaError as e:
             raise self._unavailable(e, what) from e
 
@@ -126,6 +139,8 @@ class KafkaOffsets:
                 )
             except KafkaUnavailableError:
                 raise
+            except SaslLoginRefused as e:
+                raise self._refused(e, "connect (admin)") from e
             except KafkaError as e:
                 raise self._unavailable(e, "connect (admin)") from e
         return self._admin

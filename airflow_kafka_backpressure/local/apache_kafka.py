@@ -8,6 +8,13 @@ log in ``work_dir``. Both listeners (clients and controller) bind to 127.0.0.1 o
 
 ``advertised_port`` lets a relay stand in front of the broker (the tests' fetch gate): clients are
 told to connect there.
+
+``secured=True`` adds a third listener, ``SECURED``: SASL/SCRAM (SHA-256 and SHA-512) over TLS, on
+its own free port, with a throw-away CA and server certificate made at start (:mod:`.tls`). Its
+users are created by :meth:`KafkaBroker.add_scram_user` through Kafka's Admin API (no password on a
+command line); :meth:`KafkaBroker.secured_client_properties` gives the librdkafka-style properties a
+client (or an Airflow ``kafka`` connection's extra) reads it with. The PLAINTEXT listener stays,
+for the broker's own readiness checks and for test producers.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import base64
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +31,7 @@ from pathlib import Path
 from ..kafka.clients import new_client
 from .broker import BrokerError, await_start, free_port, metadata_ok, port_open, stop_session
 from .jars import jar_paths, kafka_broker_jars
+from .tls import make_server_tls
 
 #: Settings a one-node broker needs (replication factors of the internal topics must be 1) and
 #: ones that make a test or demo broker quick (no rebalance delay, few internal partitions).
@@ -83,11 +92,14 @@ class KafkaBroker:
         host: str = "127.0.0.1",
         config: Mapping[str, str] | None = None,
         heap: str = "512m",
+        secured: bool = False,
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self.advertised_port = advertised_port or self.port
         self.controller_port = free_port(host)
+        self.secured = secured
+        self.secured_port = free_port(host) if secured else None
         self.work_dir = Path(work_dir).resolve()
         self.config = dict(config or {})
         self.heap = heap
@@ -109,19 +121,49 @@ class KafkaBroker:
     def data_dir(self) -> Path:
         return self.work_dir / "data"
 
+    @property
+    def secured_bootstrap(self) -> str:
+        """``host:port`` of the SASL_SSL listener (``secured=True`` only)."""
+        if self.secured_port is None:
+            raise BrokerError(
+                f"the Kafka broker on {self.bootstrap} has no secured listener: start it with secured=True"
+            )
+        return f"{self.host}:{self.secured_port}"
+
+    @property
+    def ca_path(self) -> Path:
+        """The PEM certificate of the CA that signed the secured listener's certificate."""
+        return self.work_dir / "tls" / "ca.pem"
+
+    def _secured_properties(self) -> dict[str, str]:
+        if self.secured_port is None:
+            return {}
+        listener = "listener.name.secured"
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        return {
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+            f"{listener}.scram-sha-256.sasl.jaas.config": scram,
+            f"{listener}.scram-sha-512.sasl.jaas.config": scram,
+            f"{listener}.ssl.keystore.type": "PEM",
+            f"{listener}.ssl.keystore.location": str(self.work_dir / "tls" / "server.pem"),
+        }
+
     def properties(self) -> dict[str, str]:
         controller = f"{self.host}:{self.controller_port}"
+        secured = f",SECURED://{self.host}:{self.secured_port}" if self.secured_port else ""
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.bootstrap.servers": controller,
-            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{controller}",
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.advertised_port},CONTROLLER://{controller}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{controller}{secured}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.advertised_port},CONTROLLER://{controller}{secured}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+            + (",SECURED:SASL_SSL" if secured else ""),
             "log.dirs": str(self.data_dir),
             **SINGLE_NODE_DEFAULTS,
+            **self._secured_properties(),
         }
         props.update(self.config)
         return props
@@ -143,6 +185,8 @@ class KafkaBroker:
             raise BrokerError(f"Kafka broker on {self.bootstrap} already started (pid {self.pid})")
         classpath = os.pathsep.join(jar_paths(kafka_broker_jars()))
         (self.work_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        if self.secured and not self.ca_path.exists():
+            make_server_tls(self.work_dir / "tls", hosts=(self.host,))
         server_properties = self.work_dir / "server.properties"
         server_properties.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         if not (self.data_dir / "meta.properties").exists():
@@ -211,6 +255,59 @@ class KafkaBroker:
             return False
         finally:
             admin.close()
+
+    def add_scram_user(self, username: str, password: str, mechanism: str = "SCRAM-SHA-512") -> None:
+        """Create (or change) a SCRAM user of the secured listener, through the Admin API on the
+        PLAINTEXT listener, and wait until the secured listener accepts it."""
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        mechanisms = {
+            "SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256,
+            "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512,
+        }
+        if mechanism not in mechanisms:
+            raise ValueError(f"SCRAM mechanism {mechanism!r}: choose one of {', '.join(mechanisms)}")
+        admin = AdminClient({"bootstrap.servers": f"{self.host}:{self.port}"})
+        upsert = UserScramCredentialUpsertion(
+            username, ScramCredentialInfo(mechanisms[mechanism], 4096), password.encode()
+        )
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(timeout=30)
+        # the credential reaches the listener through the metadata log: wait until it logs in
+        from ..kafka.config import to_confluent
+
+        client = AdminClient(to_confluent(self.secured_client_properties(username, password, mechanism)))
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                client.list_topics(timeout=2.0)
+                return
+            except Exception as e:
+                if time.monotonic() > deadline:
+                    raise BrokerError(
+                        f"SCRAM user {username!r} could not log in to {self.secured_bootstrap} within 30s: {e}; "
+                        f"see {self.log_path}"
+                    ) from e
+                time.sleep(0.2)
+
+    def secured_client_properties(
+        self, username: str, password: str, mechanism: str = "SCRAM-SHA-512"
+    ) -> dict[str, str]:
+        """librdkafka-style properties of a client of the secured listener: what an Airflow
+        ``kafka`` connection's extra holds for it."""
+        return {
+            "bootstrap.servers": self.secured_bootstrap,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": mechanism,
+            "sasl.username": username,
+            "sasl.password": password,
+            "ssl.ca.location": str(self.ca_path),
+        }
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM (a controlled shutdown), then SIGKILL; the JVM is the leader of its own session."""

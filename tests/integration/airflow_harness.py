@@ -34,10 +34,12 @@ def set_connections(
     ledger_url: str,
     spark_master: str = "local[2]",
     connect_url: str | None = None,
+    kafka_extra: dict[str, str] | None = None,
 ) -> None:
+    """``kafka_extra``: the ``kafka_default`` connection's extra (default: ``bootstrap.servers`` only)."""
     monkeypatch.setenv(
         "AIRFLOW_CONN_KAFKA_DEFAULT",
-        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}),
+        json.dumps({"conn_type": "kafka", "extra": kafka_extra or {"bootstrap.servers": bootstrap}}),
     )
     monkeypatch.setenv(
         "AIRFLOW_CONN_SPARK_DEFAULT",
@@ -129,17 +131,26 @@ def pipeline_maker(
     tmp_path: Path,
     spark_master: str = "local[2]",
     connect_url: str | None = None,
+    kafka_extra: dict[str, str] | None = None,
     **defaults,
 ):
-    """Connections for the test's broker, Spark master (and Spark Connect server, for
-    ``engine="connect"``) and a SQLite ledger in ``tmp_path``, a 4-partition ``topic``, and a
+    """Connections for the test's broker (``kafka_extra``: the Kafka connection's extra, e.g. the
+    secured listener's properties; ``bootstrap`` creates the topic), Spark master (and Spark Connect
+    server, for ``engine="connect"``) and a SQLite ledger in ``tmp_path``, a 4-partition ``topic``, and a
     function that installs a pipeline (defaults + overrides) as the shipped DAG file's pipelines
     file and returns it with its ledger."""
     from airflow_kafka_backpressure.ledger import Ledger
     from airflow_kafka_backpressure.local.producer import ensure_topic
 
     ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    set_connections(monkeypatch, bootstrap, ledger_url, spark_master=spark_master, connect_url=connect_url)
+    set_connections(
+        monkeypatch,
+        bootstrap,
+        ledger_url,
+        spark_master=spark_master,
+        connect_url=connect_url,
+        kafka_extra=kafka_extra,
+    )
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the Spark driver imports the test transforms
     ensure_topic(bootstrap, topic, 4)
     base = {

@@ -3,7 +3,8 @@ settings), after real batches — a failed one, its replay and a successful one 
 DAGs under real Airflow (``dag.test()``), the real broker, real ``spark-submit`` and a real PostgreSQL
 ledger whose role has a password.
 
-Three secrets: the Kafka connection's ``sasl.password``, the Spark setting
+Three secrets: the Kafka connection's ``sasl.password`` (a SCRAM user's of the session broker's
+SASL_SSL listener, the only one the pipeline is given), the Spark setting
 ``spark.hadoop.fs.s3a.secret.key`` and the ledger database's password. Everything reachable afterwards
 is searched for each:
 
@@ -124,16 +125,15 @@ def files_under(root: Path, skip: set[Path]) -> dict[Path, bytes]:
 def test_planted_secrets_reach_no_command_line_log_ledger_row_api_trigger_or_file(
     kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, secret_ledger_url, capfd
 ):
+    # the pipeline reads only the broker's SASL/SCRAM-over-TLS listener, as a user whose password
+    # is KAFKA_SECRET: planning, Spark's reader, the group commit and the triggers all log in with it
+    kafka_broker.add_scram_user(f"kbp-{TOKEN}", KAFKA_SECRET)
     monkeypatch.setenv(
         "AIRFLOW_CONN_KBP_SECRET_KAFKA",
         json.dumps(
             {
                 "conn_type": "kafka",
-                "extra": {
-                    "bootstrap.servers": kafka_broker.bootstrap,
-                    "sasl.username": "kbp",
-                    "sasl.password": KAFKA_SECRET,
-                },
+                "extra": kafka_broker.secured_client_properties(f"kbp-{TOKEN}", KAFKA_SECRET),
             }
         ),
     )

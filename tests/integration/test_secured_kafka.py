@@ -1,0 +1,121 @@
+"""The pipeline against Kafka as production secures it: SASL/SCRAM-SHA-512 over TLS.
+
+The session's Apache Kafka has a SASL_SSL listener (a throw-away CA made by the fixture; SCRAM users
+created through Kafka's Admin API). Each test creates its own user and gives the shipped DAGs only
+the secured listener, in the official Kafka provider's connection format (librdkafka properties in
+the extra: ``security.protocol``, ``sasl.mechanism``, ``sasl.username``, ``sasl.password``,
+``ssl.ca.location``). Planning, the Spark job's reader (Spark's own connector, or the Python reader),
+the group commit and the lag sensor's trigger all authenticate through it. The
+planted-secret test (``test_secrets_never_leak``) runs the submit engine with Spark's own reader
+against the same listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections import Counter
+
+import pytest
+
+from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
+from airflow_kafka_backpressure.local.producer import produce
+
+from . import airflow_harness as af
+from .test_pipeline_e2e import sink_ids
+
+
+@pytest.fixture(scope="module")
+def airflow_db():
+    af.reset_airflow_db()
+
+
+@pytest.fixture
+def scram_user(kafka_broker):
+    """A new SCRAM-SHA-512 user of the secured listener: its client properties."""
+    name, password = f"kbp-{secrets.token_hex(3)}", secrets.token_urlsafe(16)
+    kafka_broker.add_scram_user(name, password)
+    return kafka_broker.secured_client_properties(name, password)
+
+
+def _group_offsets(props, p) -> int:
+    with KafkaOffsets(props, source="the test") as k:
+        return sum(k.committed_offsets(p.group, k.partitions(p.topics)).values())
+
+
+@pytest.mark.parametrize(
+    "engine,reader",
+    [("connect", "native"), ("connect", "python"), ("submit", "python")],
+    ids=["connect-native", "connect-python", "submit-python"],
+)
+def test_a_secured_pipeline_ingests_fails_and_replays_exactly_once(
+    engine, reader, request, kafka_broker, scram_user, topic_name, tmp_path, monkeypatch, airflow_db
+):
+    connect_url = request.getfixturevalue("spark_connect").url if engine == "connect" else None
+    flag = tmp_path / "fail-now"
+    monkeypatch.setenv("KBP_TEST_FAIL_FLAG", str(flag))
+    make = af.pipeline_maker(
+        monkeypatch,
+        kafka_broker.bootstrap,
+        topic_name,
+        tmp_path,
+        connect_url=connect_url,
+        kafka_extra=scram_user,
+        engine=engine,
+        reader=reader,
+    )
+    p, ledger = make(transform="tests.integration.e2e_transforms:fail_while_flagged", replay_interval_s=20)
+
+    produce(kafka_broker.bootstrap, topic_name, count=40, partitions=4)
+    flag.touch()
+    failed = af.run_dag(p.ingest_dag_id, 0)
+    assert failed.task_states["plan"] == "success", failed.task_states  # planned through SASL_SSL
+    assert failed.task_states["ingest"] == "failed", failed.task_states
+    assert _group_offsets(scram_user, p) == 0  # nothing committed past a failed batch
+    flag.unlink()
+    replay = af.run_dag(p.replay_dag_id, 0)
+    assert replay.state == "success", replay.task_states
+    produce(kafka_broker.bootstrap, topic_name, count=20, partitions=4, start_id=40)
+    ok = af.run_dag(p.ingest_dag_id, 1)
+    assert ok.state == "success", ok.task_states
+
+    assert sink_ids(p.sink) == Counter(range(60))  # every record once
+    assert _group_offsets(scram_user, p) == 60  # the group commit authenticated too
+    assert [ledger.batch(1).status, ledger.batch(2).status] == ["replayed", "succeeded"]
+
+    if engine == "connect" and reader == "native":
+        # the lag sensor's trigger (as the triggerer runs it) authenticates with the same connection
+        from airflow_kafka_backpressure.sensors.kafka_lag import KafkaLagSensor
+
+        produce(kafka_broker.bootstrap, topic_name, count=8, partitions=4, start_id=60)
+        trigger = KafkaLagSensor(task_id="lag", pipeline=p, max_lag_records=1, poke_interval=0.2).trigger(
+            None
+        )
+
+        async def first_event():
+            async for event in trigger.run():
+                return event.payload
+
+        event = asyncio.run(first_event())
+        assert event["status"] == "found" and event["report"]["total_lag"] == 8, event
+
+
+def test_a_wrong_password_fails_the_plan_naming_the_connection_and_mechanism_and_nothing_advances(
+    kafka_broker, scram_user, topic_name, tmp_path, monkeypatch, airflow_db, capfd
+):
+    wrong = {**scram_user, "sasl.password": "not-" + scram_user["sasl.password"]}
+    make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, kafka_extra=wrong)
+    p, ledger = make(engine="connect", kafka_timeout_s=3)
+    produce(kafka_broker.bootstrap, topic_name, count=12, partitions=4)
+    capfd.readouterr()
+    r = af.run_dag(p.ingest_dag_id, 0)
+    out, err = capfd.readouterr()
+    assert r.task_states["plan"] == "failed", r.task_states
+    assert r.task_states["ingest"] != "success"
+    logs = out + err
+    assert "Kafka connection 'kafka_default'" in logs and "refused the SASL login" in logs
+    assert "sasl.mechanism SCRAM-SHA-512" in logs
+    assert wrong["sasl.password"] not in logs  # the message names the fix, never the password
+    assert ledger.recent_batches(p.name, 10) == []  # no batch planned
+    assert _group_offsets(scram_user, p) == 0  # nothing committed
+    assert not sink_ids(p.sink)
