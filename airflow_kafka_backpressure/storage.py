@@ -17,6 +17,7 @@ Pure: pyarrow only (no Airflow, Spark or Kafka imports).
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import uuid
@@ -122,14 +123,22 @@ class Location:
         ``private``: owner-only permissions where the filesystem has them (local)."""
         tmp = self.parent.child(f".{self.name}.{uuid.uuid4().hex}.tmp")
         try:
-            self.parent.mkdirs()
-            if private and _is_local(self.fs):
-                fd = os.open(tmp.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-            else:
-                with self.fs.open_output_stream(tmp.path) as f:
-                    f.write(data)
+            for tries_left in reversed(range(LIST_TRIES)):
+                self.parent.mkdirs()
+                try:
+                    if private and _is_local(self.fs):
+                        fd = os.open(tmp.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                        with os.fdopen(fd, "wb") as f:
+                            f.write(data)
+                    else:
+                        with self.fs.open_output_stream(tmp.path) as f:
+                            f.write(data)
+                    break
+                except FileNotFoundError:
+                    # the directory went between its creation and the write: an empty directory
+                    # removed by a concurrent cleanup (remove_if_empty); create it again
+                    if not tries_left:
+                        raise
             self.fs.move(tmp.path, self.path)
         except OSError as e:
             tmp.delete()
@@ -149,6 +158,22 @@ class Location:
             pass
         except OSError as e:
             raise StorageError(f"cannot delete {self.uri}: {e}; delete it by hand") from e
+
+    def remove_if_empty(self) -> bool:
+        """Remove this directory if it is empty, atomically: an entry created meanwhile keeps it
+        (``rmdir``). Local disks only; elsewhere (object stores, HDFS) nothing is removed, since
+        their directory deletes are recursive. True if the directory is gone."""
+        if not _is_local(self.fs):
+            return False
+        try:
+            os.rmdir(self.path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as e:
+            if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return False
+            raise StorageError(f"cannot remove directory {self.uri}: {e}") from e
 
     def move_to(self, target: Location) -> None:
         """Rename to ``target`` (which must not exist). Atomic for directories on local disks and

@@ -11,7 +11,10 @@ commit refuses to publish when
 * the committed version's manifest was written by an attempt above ``n``,
 
 so an older attempt (a retry's predecessor still running, a worker that lost its lease) can never
-commit over a newer one. The check and the swap are separate steps: two commits racing within
+commit over a newer one. Once attempt ``n`` has committed, the markers of ``n`` and older attempts
+are redundant (the committed manifest's attempt refuses every older attempt) and its commit removes
+them, and the fence directory once empty (:func:`clear_fence`): the sink root does not keep one
+directory per batch. A newer attempt's marker stays: it still fences the attempts between. The check and the swap are separate steps: two commits racing within
 milliseconds are ordered by the swap itself (both versions hold the same planned ranges). The fence
 file starts with ``_``: dataset readers skip it. Writes without an attempt number (direct
 :func:`~.sink.write_batch` calls) are not fenced.
@@ -36,6 +39,7 @@ FENCE_PREFIX = "_kbp_fence_"
 
 __all__ = [
     "adoption_problems",
+    "clear_fence",
     "fence_markers",
     "fence_problem",
     "file_problems",
@@ -90,6 +94,22 @@ def raise_fence(root: Location, batch_id: int, attempt: int, token: str) -> str 
     if current is not None and current > attempt:
         return _newer(batch_id, attempt, token, f"attempt {current} started writing it")
     return None
+
+
+def clear_fence(root: Location, batch_id: int, attempt: int) -> None:
+    """After attempt ``attempt`` committed ``batch_id``: delete its fence marker and those of older
+    attempts, then the fence directory if nothing is left in it (see the module doc). Racing a newer
+    attempt that raises the fence meanwhile is safe: its marker is never deleted, and the directory
+    goes only while empty (an attempt that finds it gone creates it again)."""
+    fence = fence_location(root, batch_id)
+    for name, is_dir, _ in fence.children():
+        theirs, _, token = name.partition("_")
+        if not is_dir and theirs.isdigit() and token and int(theirs) <= attempt:
+            fence.child(name).delete()
+    legacy = _legacy_fence(root, batch_id)
+    if legacy.exists() and int(json.loads(legacy.read_bytes())["attempt"]) <= attempt:
+        legacy.delete()
+    fence.remove_if_empty()
 
 
 def fence_problem(

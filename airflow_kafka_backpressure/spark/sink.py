@@ -29,6 +29,9 @@ Layout under the sink root::
     <sink>/batch_id=<N>/_manifest.json        what the batch holds (see below)
     <sink>/_kbp_staging_<N>_<token>/          a write in progress, or one a crash left behind
     <sink>/_kbp_replaced_<N>_<token>/         a previous version being removed
+    <sink>/_kbp_fence_<N>/<attempt>_<token>   the attempts that started writing and have not
+                                              committed yet (:mod:`.fencing`; a commit removes its
+                                              own and older ones, and the directory once empty)
 
 Names starting with ``_`` are skipped by Spark's and pyarrow's dataset readers (temporary names
 contain no ``=``: Spark would take ``_x=y`` for a partition directory), so readers of the root see
@@ -95,7 +98,13 @@ from airflow_kafka_backpressure.spark.completion import (
     tally_reads,
 )
 from airflow_kafka_backpressure.spark.executors import executors_that_ran
-from airflow_kafka_backpressure.spark.fencing import fence_markers, fence_problem, raise_fence, read_fence
+from airflow_kafka_backpressure.spark.fencing import (
+    clear_fence,
+    fence_markers,
+    fence_problem,
+    raise_fence,
+    read_fence,
+)
 from airflow_kafka_backpressure.spark.manifest_source import (
     MANIFEST_NAME,
     BatchManifestDataSource,
@@ -393,9 +402,15 @@ def commit_batch(
                 raise SinkError(problem)
         except SinkError:
             staging.delete()
+            committed_by = None if existing is None else existing.get("attempt")
+            if attempt is not None and committed_by is not None and int(committed_by) > attempt:
+                # a zombie refused by the committed version: its marker (and any older) is redundant
+                clear_fence(root, batch_id, int(committed_by))
             raise
         _swap_in(root, staging, final, batch_id, token, replace=existing is not None or final.exists())
         _delete_leftovers(root, batch_id, attempt)
+        if attempt is not None:
+            clear_fence(root, batch_id, attempt)
         return manifest
     except StorageError as e:
         raise SinkError(f"batch {batch_id}: cannot commit to sink {sink!r}: {e}") from e

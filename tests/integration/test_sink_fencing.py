@@ -13,7 +13,7 @@ import pytest
 
 from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.spark import sink as sink_mod
-from airflow_kafka_backpressure.spark.fencing import raise_fence, read_fence
+from airflow_kafka_backpressure.spark.fencing import clear_fence, fence_markers, raise_fence, read_fence
 from airflow_kafka_backpressure.storage import location
 
 RANGES = (OffsetRange("t", 0, 0, 4),)
@@ -46,7 +46,9 @@ def write(spark, sink: Path, rows, attempt: int, token: str, df=None):
 def test_an_older_attempt_cannot_commit_over_a_newer_one(spark, tmp_path):
     sink = tmp_path / "sink"
     m = write(spark, sink, range(4), attempt=2, token="b" * 32)
-    assert (m["attempt"], m["token"]) == (2, "b" * 32) and read_fence(location(str(sink)), 1) == 2
+    assert (m["attempt"], m["token"]) == (2, "b" * 32)
+    # the commit cleared its fence: the committed manifest's attempt fences older attempts from now on
+    assert read_fence(location(str(sink)), 1) is None and not (sink / "_kbp_fence_1").exists()
     # the attempt before it (a retry's predecessor that lost its lease, still running) finishes late
     with pytest.raises(Exception, match="attempt 1 .* is older than the batch's newest attempt"):
         write(spark, sink, range(100, 104), attempt=1, token="a" * 32)
@@ -245,3 +247,65 @@ def test_a_commit_of_fewer_rows_than_were_written_publishes_nothing(spark, tmp_p
     # Spark's own writer: the rows it wrote are counted as they pass, and the commit agrees
     m = write(spark, sink, range(5), attempt=2, token="e" * 32)
     assert m["rows"] == 5 and ids(sink) == [0, 1, 2, 3, 4]
+
+
+def test_a_commit_clears_its_own_and_older_fence_markers_and_keeps_a_newer_attempts(spark, tmp_path):
+    """Issue 22, item 6: every batch left a ``_kbp_fence_<N>/`` directory in the sink root for ever.
+    A commit now removes the markers of its attempt and older ones, and the directory once empty;
+    a newer attempt's marker (its write in progress) stays and still fences the attempts between."""
+    sink = tmp_path / "sink"
+    root = location(str(sink))
+    for batch_id in (1, 2, 3):
+        sink_mod.write_batch(
+            spark,
+            _rows(spark, range(batch_id * 10, batch_id * 10 + 2)),
+            str(sink),
+            batch_id,
+            RANGES,
+            DESCRIBE,
+            token=f"{batch_id:032d}",
+            attempt=1,
+        )
+    assert sorted(p.name for p in sink.iterdir()) == ["batch_id=1", "batch_id=2", "batch_id=3"]
+
+    # batch 1 again: attempt 4 starts writing while attempt 3 commits
+    assert raise_fence(root, 1, 3, "c" * 32) is None
+    assert raise_fence(root, 1, 4, "d" * 32) is None
+    clear_fence(root, 1, 3)
+    assert fence_markers(root, 1) == {"d" * 32: 4}
+    with pytest.raises(Exception, match="attempt 3 .* attempt 4 started writing it"):
+        write(spark, sink, range(4), attempt=3, token="c" * 32)  # a zombie between: still refused
+    write(spark, sink, range(4), attempt=4, token="d" * 32)
+    assert not (sink / "_kbp_fence_1").exists() and ids(sink) == [0, 1, 2, 3, 20, 21, 30, 31]
+    with pytest.raises(Exception, match="attempt 2 .* attempt 4 .* committed it"):
+        write(spark, sink, range(4), attempt=2, token="b" * 32)  # fenced by the manifest alone
+    assert sorted(p.name for p in sink.iterdir()) == ["batch_id=1", "batch_id=2", "batch_id=3"]
+
+
+def test_clearing_a_fence_never_loses_a_newer_attempts_marker_raised_meanwhile(tmp_path):
+    """The fence directory is removed only while empty (rmdir), and a marker write that finds its
+    directory gone creates it again: over many races of a commit's cleanup (attempt 1) against a
+    newer attempt raising the fence (attempt 2), the newer marker always survives and no call fails."""
+    root = location(str(tmp_path / "sink"))
+    errors: list[BaseException] = []
+    for batch_id in range(1, 201):
+        assert raise_fence(root, batch_id, 1, "a" * 32) is None
+        start = threading.Barrier(2)
+
+        def run(fn, *args, start=start) -> None:
+            start.wait()
+            try:
+                fn(*args)
+            except BaseException as e:  # noqa: BLE001 - asserted below
+                errors.append(e)
+
+        threads = [
+            threading.Thread(target=run, args=(clear_fence, root, batch_id, 1)),
+            threading.Thread(target=run, args=(raise_fence, root, batch_id, 2, "b" * 32)),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert fence_markers(root, batch_id) == {"b" * 32: 2}, batch_id
