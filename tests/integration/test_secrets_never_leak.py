@@ -15,8 +15,11 @@ is searched for each:
 * the monitoring API's JSON (batches, replayable batches, lag, ledger description) as its views build it;
 * the serialized kwargs of the pipeline's triggers (failed ranges, lag) and the whole Airflow metadata
   database file (trigger table, XComs, rendered template fields, Variables);
-* every file left under the sink (its ``_kbp`` hand-off dir included), the test's directory and
-  AIRFLOW_HOME (the worker's scratch and package dirs), except the pipelines file the test wrote.
+* every file left under the sink (its ``_kbp`` hand-off dir included), the test's directory (Spark's
+  event logs of the three applications included) and AIRFLOW_HOME (the worker's scratch and package
+  dirs), except the pipelines file the test wrote;
+* every version of every file under the hand-off directory seen while the jobs ran (sampled every
+  0.1 s: the sealed spec, the metrics, the error).
 """
 
 from __future__ import annotations
@@ -70,15 +73,24 @@ def secret_ledger_url(postgres_url):
 
 
 class CommandLines:
-    """Samples the command line of every process on the machine while running."""
+    """Samples the command line of every process on the machine while running, and the content of
+    every file under ``handoff`` (the submit engine's hand-off directory, which lives only while a
+    job runs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, handoff: Path) -> None:
         self.seen: set[str] = set()
+        self.handoff = handoff
+        self.handoff_files: dict[str, bytes] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            try:
+                for path, data in files_under(self.handoff, set()).items():
+                    self.handoff_files[f"{path} ({len(data)} bytes)"] = data
+            except OSError:  # a job's directory went while it was walked: the next round sees the rest
+                pass
             for entry in os.scandir("/proc"):
                 if entry.name.isdigit():
                     try:
@@ -143,6 +155,8 @@ def test_planted_secrets_reach_no_command_line_log_ledger_row_api_trigger_or_fil
     )
     flag = tmp_path / "fail-now"
     monkeypatch.setenv("KBP_TEST_FAIL_FLAG", str(flag))
+    event_log = tmp_path / "spark-events"
+    event_log.mkdir()
     make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path)
     p, _ = make(
         kafka_conn_id="kbp_secret_kafka",
@@ -150,13 +164,16 @@ def test_planted_secrets_reach_no_command_line_log_ledger_row_api_trigger_or_fil
         spark_conf={
             "spark.hadoop.fs.s3a.secret.key": S3_SECRET,
             "spark.hadoop.fs.s3a.access.key": "AKIAEXAMPLE",
+            # Spark's event log (every setting and environment entry the application saw), searched below
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": str(event_log),
         },
         transform="tests.integration.e2e_transforms:fail_while_flagged",
         replay_interval_s=20,
     )
     capfd.readouterr()
 
-    with CommandLines() as procs:
+    with CommandLines(Path(p.sink) / "_kbp") as procs:
         produce(kafka_broker.bootstrap, p.topics[0], count=40, partitions=4)
         flag.touch()
         failed = af.run_dag(p.ingest_dag_id, 0)
@@ -170,6 +187,10 @@ def test_planted_secrets_reach_no_command_line_log_ledger_row_api_trigger_or_fil
     out, err = capfd.readouterr()
     assert sorted(sink_ids(p.sink)) == list(range(60))  # the batches really ran
     assert any("spark-submit" in c or "SparkSubmit" in c for c in procs.seen), "no spark-submit was sampled"
+    # the hand-off files were seen while the jobs ran (the sealed spec, then the metrics or error)
+    assert any("spec.json" in name for name in procs.handoff_files), sorted(procs.handoff_files)
+    event_logs = list(event_log.iterdir())
+    assert len(event_logs) >= 3, event_logs  # one per application: the failed batch, its replay, the next
 
     from airflow_kafka_backpressure.hooks.ledger import LedgerHook
     from airflow_kafka_backpressure.plugins import views
@@ -202,7 +223,9 @@ def test_planted_secrets_reach_no_command_line_log_ledger_row_api_trigger_or_fil
         "trigger kwargs": json.dumps(triggers),
     }
     for path, data in {**files_under(tmp_path, set()), **files_under(home, {pipelines_file})}.items():
-        places[f"file {path}"] = data
+        places[f"file {path}"] = data  # Spark's event logs (under tmp_path) included
+    for name, data in procs.handoff_files.items():
+        places[f"hand-off file {name}, while a job ran"] = data
     assert f"file {home / 'airflow.db'}" in places  # the metadata DB (trigger table, XComs) is searched
 
     # the search sees a secret where one is: the pipelines file the test wrote holds the S3 key
