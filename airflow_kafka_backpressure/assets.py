@@ -59,14 +59,19 @@ def batch_event_extra(
     replay: bool,
     output_path: str,
     run_id: str | None = None,
+    sink_format: str = "parquet",
 ) -> dict[str, Any]:
-    """One batch as a downstream DAG sees it (JSON-safe): only non-empty ranges are listed."""
+    """One batch as a downstream DAG sees it (JSON-safe): only non-empty ranges are listed.
+    ``sink_format``: ``parquet`` (``output_path`` is the batch's directory) or a table format such
+    as ``delta`` (``output_path`` is the table; the batch is its rows with ``kbp_batch_id`` = the
+    batch id and ``kbp_pipeline`` = the pipeline)."""
     return {
         "batch_id": int(batch_id),
         "ranges": [r.to_dict() for r in sorted(ranges) if r.count],
         "records": int(records),
         "replay": bool(replay),
         "output_path": output_path,
+        "sink_format": sink_format,
         "planned_by_run_id": run_id,
     }
 

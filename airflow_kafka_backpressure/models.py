@@ -368,6 +368,9 @@ class JobSpec:
     #: the ledger's attempt number of this attempt (fences the sink commit; None: unfenced)
     attempt: int | None = None
     adopt: Adoption | None = None
+    #: how the batch lands in the sink: "parquet" (the Parquet directory of ``spark.sink``) or a
+    #: table format of ``sinks.SINK_FORMATS`` ("delta")
+    sink_format: str = "parquet"
 
     def __post_init__(self) -> None:
         if self.reader not in ("auto", "python", "native"):
@@ -393,6 +396,7 @@ class JobSpec:
             "options": dict(self.options),
             "attempt": self.attempt,
             "adopt": None if self.adopt is None else self.adopt.to_dict(),
+            "sink_format": self.sink_format,
         }
 
     @classmethod
@@ -410,4 +414,5 @@ class JobSpec:
             options=dict(d.get("options", {})),
             attempt=None if d.get("attempt") is None else int(d["attempt"]),
             adopt=None if not d.get("adopt") else Adoption.from_dict(d["adopt"]),
+            sink_format=str(d.get("sink_format") or "parquet"),
         )

@@ -19,6 +19,7 @@ from typing import Any
 from .control.allocation import ON_DATA_LOSS, ON_TOPIC_RESET, STARTING_OFFSETS
 from .engines import ENGINES
 from .models import DEFAULT_WRITER, writer_problem
+from .sinks import SINK_FORMAT_NAMES
 from .storage import _SCHEME_ALIASES, is_absolute_location
 
 #: Environment variable naming the pipelines file (JSON: a list, or {"pipelines": [...]}).
@@ -93,6 +94,11 @@ class PipelineConfig:
         "fail",
         doc="a topic deleted and created again: fail plans nothing for it; earliest archives the old topic's rows and reads the new one from its start",
         allowed=", ".join(ON_TOPIC_RESET),
+    )
+    sink_format: str = _field(
+        "parquet",
+        doc="how batches land in the sink: parquet (a directory of batch_id=<N> Parquet directories, swapped in whole; local disk or HDFS) or delta (a Delta Lake table, one transaction per batch; local disk or object stores; the Delta jars and SQL extension must be on the Spark session)",
+        allowed="parquet, delta",
     )
     reader: str = _field(
         "auto",
@@ -209,10 +215,19 @@ class PipelineConfig:
             raise bad("reader", self.reader, "one of auto, python, native")
         if self.transform is not None and ":" not in self.transform:
             raise bad("transform", self.transform, "use 'package.module:function'")
+        if self.sink_format not in SINK_FORMAT_NAMES:
+            raise bad("sink_format", self.sink_format, f"one of {', '.join(SINK_FORMAT_NAMES)}")
         writer = self.reader_options.get("writer") or DEFAULT_WRITER
         problem = writer_problem(writer, self.transform, self.reader)
         if problem:
             raise bad("reader_options.writer", writer, problem)
+        if self.sink_format != "parquet" and writer == "arrow":
+            raise bad(
+                "reader_options.writer",
+                writer,
+                f"writer 'arrow' writes Parquet files itself; sink_format {self.sink_format!r} commits through "
+                "Spark's writer: use writer 'auto' or 'spark'",
+            )
         if self.executor_cores < 1:
             raise bad("executor_cores", self.executor_cores, "must be >= 1")
         if self.ledger_keep_batches is not None and self.ledger_keep_batches < 1:
@@ -387,13 +402,13 @@ def sink_refusal(p: PipelineConfig, spark_master: str | None) -> str | None:
     by the plan task before anything is planned. ``spark_master``: the submit engine's master (None
     when unknown, as for a Spark Connect server)."""
     scheme = p.sink.split("://", 1)[0].lower() if "://" in p.sink else ""
-    if scheme in OBJECT_STORE_SCHEMES:
+    if scheme in OBJECT_STORE_SCHEMES and p.sink_format == "parquet":
         return (
             f"Pipeline {p.name!r}: sink {p.sink!r} is on an object store ({scheme}://). The Parquet-directory sink "
             "publishes each batch by renaming its staging directory, which object stores cannot do: every commit "
             "would fail, and a plain Parquet reader of the directory could see a batch in part or twice. Write to "
-            "a local path or HDFS (hdfs://…), or use a table-format sink: Delta Lake (airflow_kafka_backpressure."
-            "sinks.delta, a preview that pipelines cannot select yet). Nothing was planned."
+            'a local path or HDFS (hdfs://…), or use the table-format sink: sink_format "delta" (a Delta Lake '
+            "table, one transaction per batch). Nothing was planned."
         )
     local = scheme in ("", "file")
     if local and spark_master and not p.sink_on_shared_filesystem:

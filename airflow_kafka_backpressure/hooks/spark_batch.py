@@ -55,6 +55,7 @@ class SparkBatchHook(BaseHook):
         transform: str | None = None,
         stall_timeout_s: float = 120.0,
         reader_options: Mapping[str, Any] | None = None,
+        sink_format: str = "parquet",
     ) -> None:
         super().__init__()
         if engine not in ENGINES:
@@ -71,6 +72,7 @@ class SparkBatchHook(BaseHook):
         self.transform = transform
         self.stall_timeout_s = float(stall_timeout_s)
         self.reader_options = dict(reader_options or {})
+        self.sink_format = sink_format
         self._running: Engine | None = None
 
     @classmethod
@@ -88,6 +90,7 @@ class SparkBatchHook(BaseHook):
             transform=p.transform,
             stall_timeout_s=p.stall_timeout_s,
             reader_options=p.reader_options,
+            sink_format=p.sink_format,
         )
 
     # ----- connections ------------------------------------------------------------------------
@@ -147,6 +150,7 @@ class SparkBatchHook(BaseHook):
             options=dict(self.reader_options),
             attempt=attempt,
             adopt=adopt,
+            sink_format=self.sink_format,
         )
         self._running = engine
         try:

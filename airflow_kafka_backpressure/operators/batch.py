@@ -151,8 +151,10 @@ class BatchRunningOperator(PipelineOperator):
                     plan.ranges,
                     metrics.records,
                     replay=replay,
-                    output_path=plan.output_path,
+                    # a table format holds every batch in one table (rows kbp_batch_id = N)
+                    output_path=plan.output_path if self.pipeline.sink_format == "parquet" else plan.sink,
                     run_id=plan.run_id,
+                    sink_format=self.pipeline.sink_format,
                 )
             )
         self.log.info(

@@ -5,9 +5,9 @@ One small interface (:class:`~.base.SinkFormat`) and one registry (:data:`SINK_F
 cleared runs cannot duplicate or skip, says whether a batch is committed, and reads back what a
 batch committed (its batch id, attempt, ranges and record count) for adoption and the ledger.
 
-Preview: only ``delta`` is here. The pipeline's default path (``spark/job.py``, the operators,
-adoption and the sink Asset) still writes the Parquet directory of ``spark/sink.py``; moving it
-behind this interface is a later step.
+A pipeline picks one with ``sink_format``: ``parquet`` (the default) is the Parquet directory of
+``spark/sink.py`` (its own staging, manifest, fence and swap: not behind this interface yet), and
+every name of :data:`SINK_FORMATS` (``delta``) runs through ``spark/table_job.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from .delta import DeltaSink
 
 #: Every sink format by name; validation, dispatch and the docs read this one mapping.
 SINK_FORMATS: dict[str, type[SinkFormat]] = {DeltaSink.name: DeltaSink}
+#: The ``sink_format`` a pipeline may name: the Parquet directory, then every table format.
+SINK_FORMAT_NAMES: tuple[str, ...] = ("parquet", *SINK_FORMATS)
 
 
 def sink_format_for(name: str) -> SinkFormat:
@@ -31,6 +33,7 @@ def sink_format_for(name: str) -> SinkFormat:
 
 __all__ = [
     "SINK_FORMATS",
+    "SINK_FORMAT_NAMES",
     "BatchCommit",
     "DeltaSink",
     "SinkFenced",

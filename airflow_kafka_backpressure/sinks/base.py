@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..models import OffsetRange
@@ -26,7 +26,9 @@ class UnknownSinkFormat(ValueError):
 class BatchCommit:
     """What one batch committed, as the sink records it: the pipeline, batch id, the ledger's
     attempt number that wrote it, the offset ranges it holds and its row count. ``version``: the
-    sink's own version of the commit (a Delta table version), when it has one."""
+    sink's own version of the commit (a Delta table version), when it has one; ``bytes``: the data
+    it added, when the sink says; ``details``: what the writer stored with the commit (the job's
+    per-partition record counts)."""
 
     pipeline: str
     batch_id: int
@@ -34,6 +36,9 @@ class BatchCommit:
     ranges: tuple[OffsetRange, ...]
     record_count: int
     version: int | None = None
+    # what the sink reports beside the commit's identity: not compared
+    bytes: int | None = field(default=None, compare=False)
+    details: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 
 class SinkFormat(abc.ABC):
@@ -63,11 +68,13 @@ class SinkFormat(abc.ABC):
         attempt: int,
         ranges: Sequence[OffsetRange],
         expected_records: int | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> BatchCommit:
         """Commit ``df`` as batch ``batch_id`` of ``pipeline`` by the ledger's attempt ``attempt``
         (>= 1, growing with every new attempt of the batch). ``expected_records``: the rows the batch
         must publish (what was read, or what the transform returned); a commit of another count
-        raises :class:`SinkFormatError`. Returns what the sink now holds for the batch."""
+        raises :class:`SinkFormatError`. ``details``: JSON-able facts stored with the commit and
+        read back in :attr:`BatchCommit.details`. Returns what the sink now holds for the batch."""
 
     @abc.abstractmethod
     def committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int) -> BatchCommit | None:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..models import OffsetRange
@@ -94,6 +94,7 @@ class DeltaSink(SinkFormat):
         attempt: int,
         ranges: Sequence[OffsetRange],
         expected_records: int | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> BatchCommit:
         from pyspark.sql import functions as F
 
@@ -117,6 +118,7 @@ class DeltaSink(SinkFormat):
             "attempt": int(attempt),
             "ranges": [r.to_dict() for r in sorted(ranges)],
             "expected_records": expected_records,
+            "details": dict(details or {}),
         }
         rows = df.withColumn(PIPELINE_COLUMN, F.lit(pipeline)).withColumn(
             BATCH_COLUMN, F.lit(int(batch_id)).cast("long")
@@ -175,6 +177,7 @@ class DeltaSink(SinkFormat):
                     "version",
                     "userMetadata",
                     F.col("operationMetrics").getItem("numOutputRows").alias("rows"),
+                    F.col("operationMetrics").getItem("numOutputBytes").alias("bytes"),
                 )
                 .orderBy(F.col("version").desc())
                 .limit(1)
@@ -195,4 +198,6 @@ class DeltaSink(SinkFormat):
             ranges=tuple(OffsetRange.from_dict(r) for r in d["ranges"]),
             record_count=int(row["rows"] or 0),
             version=int(row["version"]),
+            bytes=None if row["bytes"] is None else int(row["bytes"]),
+            details=dict(d.get("details") or {}),
         )

@@ -258,6 +258,10 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     from airflow_kafka_backpressure.spark.kafka_range_source import KAFKA_SCHEMA  # defers pyspark
     from airflow_kafka_backpressure.spark.sink import SinkError, read_records_dir, write_batch
 
+    if spec.sink_format != "parquet":  # a table format: its own commit protocol
+        from airflow_kafka_backpressure.spark.table_job import run_table_batch
+
+        return run_table_batch(spark, spec)
     plan = spec.plan
     if spec.adopt is not None:
         adopted, problems = adopt_committed(spark, spec)

@@ -196,3 +196,28 @@ def install_dag_file(name: str, source: str) -> Path:
     path = folder / name
     path.write_text(source)
     return path
+
+
+def fail_replay_then_ingest(
+    p: PipelineConfig, bootstrap: str, flag: Path, *, after_failure: Any = None
+) -> tuple[RunResult, RunResult, RunResult]:
+    """The failure-and-replay scenario of a pipeline whose transform is
+    ``tests.integration.e2e_transforms:fail_while_flagged`` (``KBP_TEST_FAIL_FLAG`` = ``flag``):
+    40 records produced, ingest run 0 fails while ``flag`` exists (``after_failure()`` is called
+    then), the replay DAG re-runs the batch, 20 more records and ingest run 1 succeeds. Returns the
+    three runs (ids 0..59 in the sink, in batches 1 and 2)."""
+    from airflow_kafka_backpressure.local.producer import produce
+
+    produce(bootstrap, p.topics[0], count=40, partitions=4)
+    flag.touch()
+    failed = run_dag(p.ingest_dag_id, 0)
+    assert failed.task_states["ingest"] == "failed", failed.task_states
+    if after_failure is not None:
+        after_failure(failed)
+    flag.unlink()
+    replay = run_dag(p.replay_dag_id, 0)
+    assert replay.state == "success", replay.task_states
+    produce(bootstrap, p.topics[0], count=20, partitions=4, start_id=40)
+    ok = run_dag(p.ingest_dag_id, 1)
+    assert ok.state == "success", ok.task_states
+    return failed, replay, ok

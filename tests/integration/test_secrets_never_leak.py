@@ -33,7 +33,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, inspect, make_url, select, text
 
-from airflow_kafka_backpressure.local.producer import produce
 from tests.fixtures_postgres import url_with_search_path
 
 from . import airflow_harness as af
@@ -174,16 +173,7 @@ def test_planted_secrets_reach_no_command_line_log_ledger_row_api_trigger_or_fil
     capfd.readouterr()
 
     with CommandLines(Path(p.sink) / "_kbp") as procs:
-        produce(kafka_broker.bootstrap, p.topics[0], count=40, partitions=4)
-        flag.touch()
-        failed = af.run_dag(p.ingest_dag_id, 0)
-        assert failed.task_states["ingest"] == "failed", failed.task_states
-        flag.unlink()
-        replay = af.run_dag(p.replay_dag_id, 0)
-        assert replay.state == "success", replay.task_states
-        produce(kafka_broker.bootstrap, p.topics[0], count=20, partitions=4, start_id=40)
-        ok = af.run_dag(p.ingest_dag_id, 1)
-        assert ok.state == "success", ok.task_states
+        af.fail_replay_then_ingest(p, kafka_broker.bootstrap, flag)
     out, err = capfd.readouterr()
     assert sorted(sink_ids(p.sink)) == list(range(60))  # the batches really ran
     assert any("spark-submit" in c or "SparkSubmit" in c for c in procs.seen), "no spark-submit was sampled"

@@ -66,18 +66,11 @@ def test_a_secured_pipeline_ingests_fails_and_replays_exactly_once(
     )
     p, ledger = make(transform="tests.integration.e2e_transforms:fail_while_flagged", replay_interval_s=20)
 
-    produce(kafka_broker.bootstrap, topic_name, count=40, partitions=4)
-    flag.touch()
-    failed = af.run_dag(p.ingest_dag_id, 0)
-    assert failed.task_states["plan"] == "success", failed.task_states  # planned through SASL_SSL
-    assert failed.task_states["ingest"] == "failed", failed.task_states
-    assert _group_offsets(scram_user, p) == 0  # nothing committed past a failed batch
-    flag.unlink()
-    replay = af.run_dag(p.replay_dag_id, 0)
-    assert replay.state == "success", replay.task_states
-    produce(kafka_broker.bootstrap, topic_name, count=20, partitions=4, start_id=40)
-    ok = af.run_dag(p.ingest_dag_id, 1)
-    assert ok.state == "success", ok.task_states
+    def after_failure(failed) -> None:
+        assert failed.task_states["plan"] == "success", failed.task_states  # planned through SASL_SSL
+        assert _group_offsets(scram_user, p) == 0  # nothing committed past a failed batch
+
+    af.fail_replay_then_ingest(p, kafka_broker.bootstrap, flag, after_failure=after_failure)
 
     assert sink_ids(p.sink) == Counter(range(60))  # every record once
     assert _group_offsets(scram_user, p) == 60  # the group commit authenticated too

@@ -153,6 +153,17 @@ def test_object_store_sinks_compare_by_bucket_and_prefix():
         PipelineConfig.load_all(json.dumps(same))
 
 
+def test_sink_format_is_parquet_or_delta_and_delta_takes_no_arrow_writer():
+    (p,) = load()
+    assert p.sink_format == "parquet"
+    (p,) = load(sink_format="delta", reader_options={"writer": "spark"})
+    assert p.sink_format == "delta"
+    with pytest.raises(ValueError, match=r"sink_format.*'iceberg'.*one of parquet, delta"):
+        load(sink_format="iceberg")
+    with pytest.raises(ValueError, match=r"writer 'arrow' writes Parquet files itself; sink_format 'delta'"):
+        load(sink_format="delta", reader_options={"writer": "arrow"})
+
+
 def test_a_planned_batch_waits_for_its_ingest_task_a_lease_two_intervals_and_a_minute_at_least():
     (p,) = load()
     assert p.planned_lease_s == 120.0  # the default batch lease
@@ -175,9 +186,10 @@ def test_a_sink_that_cannot_hold_its_guarantees_is_refused_before_planning():
         assert (
             refusal
             and "object store" in refusal
-            and "Delta Lake" in refusal
+            and 'sink_format "delta"' in refusal
             and "Nothing was planned" in refusal
         )
+        assert sink_refusal(cfg(sink, sink_format="delta"), "local[2]") is None  # one transaction per batch
     assert sink_refusal(cfg("hdfs://nn:8020/orders"), "yarn") is None
     remote = sink_refusal(cfg("/data/orders"), "spark://10.1.2.3:7077")
     assert remote and "other hosts" in remote and "sink_on_shared_filesystem" in remote
