@@ -99,7 +99,7 @@ class KafkaOffsets:
             f"{self.timeout_ms / 1000:g}s{detail}. The brokers (or the consumer group's coordinator) are "
             "down, frozen or unreachable from this machine: check that the brokers at this address are up "
             "and reachable; if they are only slow, raise the pipeline's kafka_timeout_s (the hook's "
-            "timeout_s). Retrying the task is safe."
+            "timeout_s). Retrying the task is safe." + self._sasl_hint()
         )
 
     def _new_consumer(self, group_id: str | None, **overrides: Any) -> Any:
