@@ -61,13 +61,10 @@ class KafkaOffsets:
     def _sasl_hint(self) -> str:
         """For a connection that logs in with SASL: which login, and that a refused one looks like
         this (a broker closes the connection; the client does not always see the refusal first)."""
-        props = self.properties
-        if "SASL" not in str(props.get("security.protocol", "")).upper():
+        if "SASL" not in str(self.properties.get("security.protocol", "")).upper():
             return ""
-        mechanism = props.get("sasl.mechanism", props.get("sasl.mechanisms", "PLAIN"))
         return (
-            f" The connection logs in with SASL (sasl.mechanism {mechanism}, user {props.get('sasl.username')!r}, "
-            f"security.protocol {props.get('security.protocol')}): if the brokers are up, a refused login is the "
+            f" The connection logs in with SASL ({self._sasl_login()}): if the brokers are up, a refused login is the "
             f"likely cause (the broker closes the connection): check sasl.username, sasl.password and "
             f"sasl.mechanism in the extra of {self.source}."
         )
@@ -81,13 +78,19 @@ class KafkaOffsets:
             + self._sasl_hint()
         )
 
-    def _refused(self, e: SaslLoginRefused, what: str) -> KafkaUnavailableError:
+    def _sasl_login(self) -> str:
+        """``sasl.mechanism M, user 'U', security.protocol P`` of the connection (never its password)."""
         props = self.properties
         mechanism = props.get("sasl.mechanism", props.get("sasl.mechanisms", "PLAIN"))
+        return (
+            f"sasl.mechanism {mechanism}, user {props.get('sasl.username')!r}, "
+            f"security.protocol {props.get('security.protocol')}"
+        )
+
+    def _refused(self, e: SaslLoginRefused, what: str) -> KafkaUnavailableError:
         return KafkaUnavailableError(
-            f"{self.source}: {what}: the broker at {self.bootstrap} refused the SASL login of user "
-            f"{props.get('sasl.username')!r} (sasl.mechanism {mechanism}, security.protocol "
-            f"{props.get('security.protocol')}): {e}. Fix sasl.username and sasl.password (and sasl.mechanism, "
+            f"{self.source}: {what}: the broker at {self.bootstrap} refused the SASL login "
+            f"({self._sasl_login()}): {e}. Fix sasl.username and sasl.password (and sasl.mechanism, "
             f"which must be one the broker enables for this user) in the extra of {self.source}; nothing was "
             "read or committed."
         )

@@ -19,19 +19,15 @@ same metrics as the run that wrote it.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from airflow_kafka_backpressure.models import BatchMetrics, JobSpec, PartitionCount, TopicPartition
 from airflow_kafka_backpressure.sinks import BatchCommit, SinkFormatError, sink_format_for
 from airflow_kafka_backpressure.spark.bounds import check_bounds
 from airflow_kafka_backpressure.spark.errors import JobError
+from airflow_kafka_backpressure.spark.job import _now_ms, apply_transform
 
 log = logging.getLogger(__name__)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _metrics(spec: JobSpec, commit: BatchCommit, read_started_at_ms: int, *, adopted: bool) -> BatchMetrics:
@@ -79,8 +75,7 @@ def adopt_table_commit(spark: Any, spec: JobSpec) -> tuple[BatchMetrics | None, 
 
 def run_table_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     """Run one batch into the table-format sink ``spec.sink_format`` (see the module doc)."""
-    from airflow_kafka_backpressure.spark.job import apply_transform  # defers pyspark
-    from airflow_kafka_backpressure.spark.kafka_range_source import KAFKA_SCHEMA
+    from airflow_kafka_backpressure.spark.kafka_range_source import KAFKA_SCHEMA  # defers pyspark
     from airflow_kafka_backpressure.spark.readers import choose_reader, read_ranges
 
     plan = spec.plan
@@ -97,7 +92,8 @@ def run_table_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     reader = choose_reader(spark, spec.reader)
     read_started_at_ms = _now_ms()
     where = f"batch {plan.batch_id} of pipeline {plan.pipeline!r} into {spec.sink_format} table {plan.sink!r}"
-    if any(r.count > 0 for r in plan.ranges):
+    reads = any(r.count > 0 for r in plan.ranges)
+    if reads:
         raw = read_ranges(spark, spec, reader).persist()
     else:
         raw = spark.createDataFrame([], KAFKA_SCHEMA)
@@ -129,7 +125,7 @@ def run_table_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
                 details=details,
             )
         finally:
-            if any(r.count > 0 for r in plan.ranges):
+            if reads:
                 raw.unpersist()
     except SinkFormatError as e:
         raise JobError(f"{where}: {e}") from e
