@@ -7,6 +7,7 @@ airflow. Temporary files stay inside the work tree (``.tmp/``), never in the sys
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shutil
@@ -46,8 +47,11 @@ os.environ.update(_ENV)
 # suite's CPU (2,540 s of 144 drivers in the 2026-11-27 rehearsal); these flags cut a Spark job
 # test's CPU by a fifth at the same wall time on an idle machine (test_spark_job's three batches:
 # 121 s → 95 s of CPU). Not the product's defaults: a long-running job wants C2. A user's own
-# SPARK_SUBMIT_OPTS is kept.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1")
+# SPARK_SUBMIT_OPTS is kept. The session's first Spark fixture adds a class-data-sharing archive to
+# them (tests/spark_class_archive.py: 40% off a spark-submit's wall time and CPU).
+_SPARK_TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1"
+_OWN_SPARK_SUBMIT_OPTS = "SPARK_SUBMIT_OPTS" not in os.environ
+os.environ.setdefault("SPARK_SUBMIT_OPTS", _SPARK_TEST_JVM_OPTS)
 # The venv's bin holds spark-submit: make it reachable even when the venv is not activated.
 _bin = str(Path(sys.executable).parent)
 if _bin not in os.environ.get("PATH", "").split(os.pathsep):
@@ -72,8 +76,27 @@ def spark_kafka_connector() -> str:
     Returns the folder."""
     from airflow_kafka_backpressure.local.jars import spark_kafka_conf, write_spark_defaults
 
-    conf_dir = TMP_ROOT / f"spark-conf-{os.getpid()}"
-    write_spark_defaults(conf_dir, spark_kafka_conf())
+    # one folder per content, shared by the suite's two pytest shards: a class-data-sharing archive
+    # is valid only for JVMs whose class path (the conf dir first) is the one it was built with
+    conf = spark_kafka_conf()
+    digest = hashlib.sha256(repr(sorted(conf.items())).encode()).hexdigest()[:12]
+    conf_dir = TMP_ROOT / f"spark-conf-{digest}"
+    if not conf_dir.exists():
+        partial = TMP_ROOT / f"spark-conf-{digest}.{os.getpid()}"
+        write_spark_defaults(partial, conf)
+        try:
+            partial.rename(conf_dir)
+        except OSError:  # the other shard was first, with the same content
+            shutil.rmtree(partial, ignore_errors=True)
+    if _OWN_SPARK_SUBMIT_OPTS and "SharedArchiveFile" not in os.environ["SPARK_SUBMIT_OPTS"]:
+        from airflow_kafka_backpressure.local.apache_kafka import java_binary
+        from tests.spark_class_archive import java_home_without_conf_dir, shared_spark_class_archive
+
+        java_home = java_home_without_conf_dir(TMP_ROOT, conf_dir, os.path.realpath(java_binary()))
+        archive = shared_spark_class_archive(TMP_ROOT, _SPARK_TEST_JVM_OPTS, conf_dir, java_home)
+        if archive is not None:
+            os.environ["JAVA_HOME"] = str(java_home)
+            os.environ["SPARK_SUBMIT_OPTS"] = f"{_SPARK_TEST_JVM_OPTS} -XX:SharedArchiveFile={archive}"
     os.environ["SPARK_CONF_DIR"] = str(conf_dir)
     return str(conf_dir)
 
