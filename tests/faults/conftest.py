@@ -1,6 +1,10 @@
 """Fixtures of the fault suite: one ``airflow standalone`` for the session, serving one pipeline per
 scenario (paused until its test unpauses it), a broker of its own (tests freeze it), a SQLite ledger
-and a PostgreSQL server of its own for the ledger-outage scenario (it is stopped and restarted)."""
+and a PostgreSQL server of its own for the ledger-outage scenario (it is stopped and restarted).
+
+The pipelines read Kafka as production does: through the broker's SASL_SSL listener, as a SCRAM
+user whose password (:attr:`FaultRig.kafka_password`, random) is searched for afterwards in what the
+scheduler, triggerer, DAG processor, API server and tasks wrote (test_process_faults.py)."""
 
 from __future__ import annotations
 
@@ -57,6 +61,8 @@ SETTINGS = json.dumps({"min_rate": 5, "max_records_per_batch": 1000})
 RECOVER_TIMEOUT_S = float(os.environ.get("KBP_FAULTS_RECOVER_TIMEOUT_S", "900"))
 #: How long one step may take (a batch reaching its Spark job, its sink commit).
 STEP_TIMEOUT_S = 600.0
+#: The SCRAM user the fault suite's pipelines read Kafka as.
+KAFKA_USER = "kbp-faults"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -84,6 +90,8 @@ class FaultRig:
     ledger_urls: dict[str, str]
     pause_dir: Path
     root: Path
+    #: the password of the pipelines' Kafka user: it must show up nowhere the suite can read
+    kafka_password: str = ""
     started: list[PipelineConfig] = field(default_factory=list)
 
     @property
@@ -155,9 +163,13 @@ def make_pipelines(
     return pipelines, urls, {"kbp_ledger_faults": sqlite_url}
 
 
-def connections(bootstrap: str, ledgers: dict[str, str]) -> dict[str, dict]:
+def connections(
+    bootstrap: str, ledgers: dict[str, str], kafka_extra: dict[str, str] | None = None
+) -> dict[str, dict]:
+    """The rig's Airflow connections; ``kafka_extra`` (the official provider's client properties,
+    SASL settings included) replaces the plain ``bootstrap.servers``."""
     conns = {
-        "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}},
+        "kafka_default": {"conn_type": "kafka", "extra": kafka_extra or {"bootstrap.servers": bootstrap}},
         "spark_default": {
             "conn_type": "spark",
             "host": "local[2]",
@@ -175,7 +187,8 @@ def fault_rig(request: pytest.FixtureRequest, spark_kafka_connector: str) -> Ite
     root.mkdir(parents=True)
     # a SIGTERM (a CI timeout, kill PID) unwinds like Ctrl-C, so the teardown below stops everything
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    broker = KafkaBroker(root / "kafka").start()
+    broker = KafkaBroker(root / "kafka", secured=True).start()
+    kafka_password = f"kbp-fault-planted-{secrets.token_hex(12)}"
     postgres = LocalPostgres(root / "pg")
     standalone = None
     try:
@@ -193,12 +206,15 @@ def fault_rig(request: pytest.FixtureRequest, spark_kafka_connector: str) -> Ite
             urls[pipelines["pg_outage"].name] = pg_url
         for p in pipelines.values():
             ensure_topic(broker.bootstrap, p.topics[0], PARTITIONS)
+        broker.add_scram_user(KAFKA_USER, kafka_password)
         pause_dir = root / "pause"
         pause_dir.mkdir()
         standalone = Standalone(
             root / "airflow",
             list(pipelines.values()),
-            connections(broker.bootstrap, ledgers),
+            connections(
+                broker.bootstrap, ledgers, broker.secured_client_properties(KAFKA_USER, kafka_password)
+            ),
             extra_env={
                 PAUSE_AFTER_COMMIT_DIR_ENV: str(pause_dir),
                 "KBP_TEST_FAIL_FLAG": str(root / "fail.flag"),
@@ -207,7 +223,7 @@ def fault_rig(request: pytest.FixtureRequest, spark_kafka_connector: str) -> Ite
         ).start()
         for p in pipelines.values():
             standalone.set_variable(p.settings_variable, SETTINGS)
-        yield FaultRig(standalone, broker, postgres, pipelines, urls, pause_dir, root)
+        yield FaultRig(standalone, broker, postgres, pipelines, urls, pause_dir, root, kafka_password)
     finally:
         if standalone is not None:
             standalone.stop()

@@ -124,6 +124,27 @@ def cmdline(p: psutil.Process) -> str:
         return ""
 
 
+def command_lines_holding(secret: str) -> list[str]:
+    """The command lines (``ps``) of this machine's processes that hold ``secret``."""
+    return [f"pid {p.pid}: {line}" for p in psutil.process_iter() if secret in (line := cmdline(p))]
+
+
+def files_holding(root: Path, secret: str, skip: Iterable[Path] = ()) -> list[str]:
+    """Every file under ``root`` (but not under a folder of ``skip``) whose bytes hold ``secret``."""
+    needle, skipped = secret.encode(), [s.resolve() for s in skip]
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if (Path(folder) / d).resolve() not in skipped]
+        for name in files:
+            path = Path(folder) / name
+            try:
+                if needle in path.read_bytes():
+                    found.append(str(path))
+            except OSError:  # gone meanwhile (a Spark temp file), or a socket
+                continue
+    return found
+
+
 #: What Airflow logs when its scheduler loop ends on an exception.
 LOOP_ENDED = "Exception when executing SchedulerJob._run_scheduler_loop"
 

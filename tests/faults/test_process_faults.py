@@ -10,10 +10,15 @@ import time
 from pathlib import Path
 
 from .conftest import STEP_TIMEOUT_S
-from .harness import wait_for
+from .harness import command_lines_holding, files_holding, wait_for
 
 
 def test_sigkill_of_the_spark_driver_mid_batch_is_replayed_exactly_once(rig):
+    """Also issue 20's search under a real scheduler: the pipelines read Kafka through SASL_SSL as a
+    user whose password is planted (tests/faults/conftest.py). It is on no command line while the
+    batch runs, and after the kill and the replay in no file of the installation: the logs of the
+    scheduler, triggerer, DAG processor and API server (standalone.log), the task logs, Airflow's
+    database, the ledger, the sink and its hand-off folders, Spark's local folders."""
     p = rig.pipeline("driver_kill")
     rig.produce(p, 300, 0)
     rig.start(p)
@@ -24,7 +29,11 @@ def test_sigkill_of_the_spark_driver_mid_batch_is_replayed_exactly_once(rig):
         STEP_TIMEOUT_S,
         every_s=0.5,
     )[0]
-    time.sleep(4)  # the JVM is up and running the job
+    on_command_lines: set[str] = set()
+    deadline = time.monotonic() + 4  # the JVM is up and running the job
+    while time.monotonic() < deadline:
+        on_command_lines.update(command_lines_holding(rig.kafka_password))
+        time.sleep(0.2)
     killed_batch = int(" ".join(driver.cmdline()).split(app, 1)[1].split()[0])
     driver.send_signal(signal.SIGKILL)
     rig.produce(p, 100, 300)
@@ -33,6 +42,11 @@ def test_sigkill_of_the_spark_driver_mid_batch_is_replayed_exactly_once(rig):
     killed = rig.ledger(p).batch(killed_batch)
     assert killed.status in ("replayed", "succeeded"), killed
     assert killed.attempts >= 2, killed  # the killed attempt, then the one that wrote it
+    assert not on_command_lines, on_command_lines
+    # the broker's and PostgreSQL's own storage aside (the broker keeps the user's salted SCRAM keys)
+    holding = files_holding(rig.root, rig.kafka_password, skip=(rig.root / "kafka", rig.root / "pg"))
+    assert not holding, f"the planted Kafka password is in {holding}"
+    assert (rig.standalone.home / "standalone.log").stat().st_size > 0  # searched: the components' logs
 
 
 def test_sigkill_of_the_task_after_the_sink_swap_leaves_one_copy(rig):
