@@ -246,6 +246,29 @@ def jars_conf(folder: Callable[[], Path], jars: str | None) -> dict[str, str]:
     }
 
 
+#: Spark settings that list jars: joined (by this separator) when settings are combined, not replaced.
+_JAR_LISTS = {
+    "spark.jars": ",",
+    "spark.driver.extraClassPath": os.pathsep,
+    "spark.executor.extraClassPath": os.pathsep,
+}
+
+
+def combined_spark_conf(*confs: dict[str, str]) -> dict[str, str]:
+    """Several Spark settings of this module in one (Delta and S3A, say): the jar lists
+    (``spark.jars``, the driver's and executors' ``extraClassPath``) joined in order, every other
+    key taken from the last that sets it."""
+    out: dict[str, str] = {}
+    for conf in confs:
+        for key, value in conf.items():
+            sep = _JAR_LISTS.get(key)
+            if sep and out.get(key):
+                out[key] = sep.join(part for part in (out[key], value) if part)
+            else:
+                out[key] = value
+    return out
+
+
 def spark_s3a_conf(server: Any, *, jars: str | None = "spark.jars") -> dict[str, str]:
     """Spark settings for ``s3a://`` paths on an S3-compatible ``server`` (an object with
     ``endpoint``, ``access_key``, ``secret_key`` and ``region``, like

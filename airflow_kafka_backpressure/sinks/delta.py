@@ -19,7 +19,9 @@ How a batch is written (:meth:`DeltaSink.write_batch`), as one ``df.write.format
   table's history (``DESCRIBE HISTORY``) with Delta's own row count of the commit
   (``operationMetrics.numOutputRows``).
 
-Delta's skip is silent, so after the write the sink reads the batch's newest commit back: written by
+Delta's skip is silent, so after the write the sink reads the batch's newest commit back (among the
+table's last :attr:`DeltaSink.recent_commits` commits, where it is unless other writers committed
+many times meanwhile or Delta skipped the write; else in the whole history): written by
 this attempt (now or by an earlier try of it) is success; by a newer attempt raises
 :class:`~.base.SinkFenced`; a row count other than ``expected_records`` raises
 :class:`~.base.SinkFormatError` (the commit stays until a newer attempt replaces it).
@@ -82,6 +84,10 @@ def _is_missing_table(error: Exception) -> bool:
 
 class DeltaSink(SinkFormat):
     name: ClassVar[str] = "delta"
+    #: How many of the table's newest commits a write's read-back looks at before the whole history:
+    #: ``DESCRIBE HISTORY`` reads one log file per commit it returns, so a commit's cost does not
+    #: grow with the table's history (bench/sinks.py)
+    recent_commits: ClassVar[int] = 20
 
     def write_batch(
         self,
@@ -132,7 +138,11 @@ class DeltaSink(SinkFormat):
             .option("userMetadata", json.dumps(metadata, sort_keys=True))
             .save(sink)
         )
-        commit = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
+        commit = self.committed(
+            spark, sink, pipeline=pipeline, batch_id=batch_id, within_last=self.recent_commits
+        )
+        if commit is None:  # not among the newest: Delta skipped the write, or other writers committed since
+            commit = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
         where = f"Delta table {sink}, batch {batch_id} of pipeline {pipeline!r}"
         if commit is None:
             raise SinkFormatError(
@@ -163,11 +173,16 @@ class DeltaSink(SinkFormat):
         )
         return commit
 
-    def committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int) -> BatchCommit | None:
+    def committed(
+        self, spark: Any, sink: str, *, pipeline: str, batch_id: int, within_last: int | None = None
+    ) -> BatchCommit | None:
+        """See :meth:`SinkFormat.committed`; ``within_last``: look at the table's newest
+        ``within_last`` commits only (None if the batch's newest commit is older)."""
         from pyspark.sql import functions as F
 
+        limit = "" if within_last is None else f" LIMIT {max(1, int(within_last))}"
         try:
-            history = spark.sql(f"DESCRIBE HISTORY {_table_ref(sink)}")
+            history = spark.sql(f"DESCRIBE HISTORY {_table_ref(sink)}{limit}")
             meta = F.col("userMetadata")
             rows = (
                 history.where(meta.isNotNull())

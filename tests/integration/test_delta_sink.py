@@ -10,7 +10,6 @@ then starts a fresh one). It refuses to run beside another SparkContext in the p
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -36,7 +35,7 @@ PIPELINE = "orders"
 def delta_spark(spark_work_dir: Path, s3_server):
     from pyspark import SparkContext
 
-    from airflow_kafka_backpressure.local.jars import spark_delta_conf, spark_s3a_conf
+    from airflow_kafka_backpressure.local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
     from tests.fixtures_spark import local_session
 
     if SparkContext._active_spark_context is not None:
@@ -45,17 +44,10 @@ def delta_spark(spark_work_dir: Path, s3_server):
             "with Delta's jars and SQL extension; run tests/integration/test_delta_sink.py before modules "
             "that use the session-wide 'spark' fixture (the default order does)"
         )
-    delta = spark_delta_conf(jars="extraClassPath")
-    s3a = spark_s3a_conf(s3_server, jars="extraClassPath")
-    class_path = os.pathsep.join(
-        [delta.pop("spark.driver.extraClassPath"), s3a.pop("spark.driver.extraClassPath")]
-    )
-    del delta["spark.executor.extraClassPath"], s3a["spark.executor.extraClassPath"]
     conf = {
-        **delta,
-        **s3a,
-        "spark.driver.extraClassPath": class_path,
-        "spark.executor.extraClassPath": class_path,
+        **combined_spark_conf(
+            spark_delta_conf(jars="extraClassPath"), spark_s3a_conf(s3_server, jars="extraClassPath")
+        ),
         "spark.sql.shuffle.partitions": "2",
         # small tables: one partition for Delta's snapshot state, not 50
         "spark.databricks.delta.snapshotPartitions": "1",
@@ -149,6 +141,25 @@ def test_a_batch_lands_once_and_a_retry_of_the_same_attempt_adds_nothing(delta_s
     assert again == first
     assert table_version(delta_spark, table) == version  # Delta skipped it: no new commit at all
     assert contents(delta_spark, table) == {(PIPELINE, 1): (10, {1})}
+    assert len(batch_commits(delta_spark, table, 1)) == 1
+
+
+def test_the_read_back_looks_at_the_newest_commits_then_the_whole_history(delta_spark, tmp_path, monkeypatch):
+    """A write reads its batch back from the table's newest ``recent_commits`` commits (a commit's
+    cost does not grow with the history); a retry that Delta skipped finds the batch's commit
+    further back, in the whole history."""
+    monkeypatch.setattr(DeltaSink, "recent_commits", 2)
+    table = str(tmp_path / "t")
+    first = write(delta_spark, table, 1, attempt=1, n=4)
+    for batch_id in (2, 3, 4):
+        write(delta_spark, table, batch_id, attempt=1, n=2)
+    sink = DeltaSink()
+    assert sink.committed(delta_spark, table, pipeline=PIPELINE, batch_id=1, within_last=2) is None
+    assert sink.committed(delta_spark, table, pipeline=PIPELINE, batch_id=4, within_last=2).batch_id == 4
+
+    again = write(delta_spark, table, 1, attempt=1, n=4)  # skipped by Delta: its commit is 4 versions back
+
+    assert again == first
     assert len(batch_commits(delta_spark, table, 1)) == 1
 
 
