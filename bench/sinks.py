@@ -56,20 +56,13 @@ def session(master: str, work: Path, s3: Any) -> Any:
     """A SparkSession with Delta's jars and SQL extension and S3A (both on the JVM's class path)."""
     from pyspark.sql import SparkSession
 
-    from airflow_kafka_backpressure.local.jars import spark_delta_conf, spark_s3a_conf
+    from airflow_kafka_backpressure.local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
 
-    delta = spark_delta_conf(jars="extraClassPath")
-    s3a = spark_s3a_conf(s3, jars="extraClassPath")
-    class_path = os.pathsep.join(
-        [delta.pop("spark.driver.extraClassPath"), s3a.pop("spark.driver.extraClassPath")]
-    )
-    del delta["spark.executor.extraClassPath"], s3a["spark.executor.extraClassPath"]
     builder = SparkSession.builder.master(master).appName("kbp-bench-sinks")
     conf = {
-        **delta,
-        **s3a,
-        "spark.driver.extraClassPath": class_path,
-        "spark.executor.extraClassPath": class_path,
+        **combined_spark_conf(
+            spark_delta_conf(jars="extraClassPath"), spark_s3a_conf(s3, jars="extraClassPath")
+        ),
         "spark.driver.memory": "2g",
         "spark.local.dir": str(work / "spark-local"),
         "spark.sql.shuffle.partitions": "2",

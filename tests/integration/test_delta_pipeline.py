@@ -1,7 +1,7 @@
 """The shipped DAGs writing a Delta Lake table (``sink_format="delta"``) under real Airflow
 (``dag.test()``), the real broker and real ``spark-submit`` with Delta's jars and SQL extension in
 the pipeline's ``spark_conf``: ingest, a failed batch and its replay, a cleared run rewriting its
-batch, each record once.
+batch, each record once; on a local path and on the real S3 server (``s3a://``, hadoop-aws).
 
 The table is read back without Spark and without the product's code: the Delta log's JSON commits
 replayed (``add`` minus ``remove``) and the live Parquet files read with pyarrow.
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Any
 
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
@@ -27,23 +29,64 @@ def airflow_db():
 def delta_conf() -> dict[str, str]:
     """Delta's SQL extension and jars for each batch, beside the Kafka connector the session's
     spark-defaults name (``spark.jars`` given to spark-submit replaces the defaults' value)."""
-    from airflow_kafka_backpressure.local.jars import spark_delta_conf, spark_kafka_conf
+    from airflow_kafka_backpressure.local.jars import combined_spark_conf, spark_delta_conf, spark_kafka_conf
 
-    delta = spark_delta_conf()
-    return {**delta, "spark.jars": f"{spark_kafka_conf()['spark.jars']},{delta['spark.jars']}"}
+    return combined_spark_conf(spark_kafka_conf(), spark_delta_conf())
 
 
-def delta_log(table: Path) -> list[dict]:
+def delta_s3a_conf(server: Any) -> dict[str, str]:
+    """Delta and Hadoop's S3A for each batch, both on the JVMs' class path (``extraClassPath``:
+    the ~650 MB AWS SDK bundle is not copied into every application's scratch folder), as a
+    cluster's image would carry them; the Kafka connector stays in the session's spark-defaults."""
+    from airflow_kafka_backpressure.local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
+
+    return combined_spark_conf(
+        spark_delta_conf(jars="extraClassPath"), spark_s3a_conf(server, jars="extraClassPath")
+    )
+
+
+@dataclass(frozen=True)
+class Table:
+    """Where the test's table is: the pipeline's ``sink``, and the same place for pyarrow."""
+
+    sink: str
+    fs: pafs.FileSystem
+    root: str
+    spark_conf: dict[str, str]
+
+    def exists(self, relative: str) -> bool:
+        return self.fs.get_file_info(f"{self.root}/{relative}").type != pafs.FileType.NotFound
+
+
+@pytest.fixture(params=["local", "s3"])
+def table(request, tmp_path, monkeypatch) -> Table:
+    if request.param == "local":
+        root = str(tmp_path / "table")
+        return Table(root, pafs.LocalFileSystem(), root, delta_conf())
+    server, bucket = request.getfixturevalue("s3_server"), request.getfixturevalue("s3_bucket")
+    # the task's own side of the sink (the hand-off of each batch's spec) goes through pyarrow,
+    # configured as a user's environment would (the AWS_* variables); Spark through s3a's settings
+    for key, value in server.aws_environment().items():
+        monkeypatch.setenv(key, value)
+    return Table(f"s3a://{bucket}/table", server.filesystem(), f"{bucket}/table", delta_s3a_conf(server))
+
+
+def delta_log(table: Table) -> list[list[dict]]:
     """Every commit of the table's log, oldest first: its actions."""
-    log = table / "_delta_log"
-    assert not list(log.glob("*.checkpoint.parquet")), "the reader below replays JSON commits only"
-    return [
-        [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        for path in sorted(log.glob("*.json"))
-    ]
+    entries = table.fs.get_file_info(pafs.FileSelector(f"{table.root}/_delta_log"))
+    names = sorted(e.path for e in entries if e.type == pafs.FileType.File)
+    assert not [n for n in names if n.endswith(".checkpoint.parquet")], (
+        "the reader below replays JSON commits only"
+    )
+    commits = []
+    for path in (n for n in names if n.endswith(".json")):
+        with table.fs.open_input_stream(path) as f:
+            text = f.read().decode()
+        commits.append([json.loads(line) for line in text.splitlines() if line.strip()])
+    return commits
 
 
-def table_rows(table: Path) -> list[dict]:
+def table_rows(table: Table) -> list[dict]:
     """The table's rows as a Delta reader sees them: the files added and not removed since."""
     live: set[str] = set()
     for commit in delta_log(table):
@@ -54,11 +97,11 @@ def table_rows(table: Path) -> list[dict]:
                 live.discard(action["remove"]["path"])
     rows = []
     for path in sorted(live):
-        rows += pq.read_table(table / path).to_pylist()
+        rows += pq.read_table(f"{table.root}/{path}", filesystem=table.fs).to_pylist()
     return rows
 
 
-def batch_commits(table: Path) -> list[dict]:
+def batch_commits(table: Table) -> list[dict]:
     """The product's metadata of every commit, oldest first."""
     out = []
     for commit in delta_log(table):
@@ -70,22 +113,21 @@ def batch_commits(table: Path) -> list[dict]:
 
 
 def test_a_delta_pipeline_ingests_fails_replays_and_rewrites_each_record_once(
-    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db
+    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table
 ):
     flag = tmp_path / "fail-now"
     monkeypatch.setenv("KBP_TEST_FAIL_FLAG", str(flag))
     make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
     p, ledger = make(
-        sink=str(tmp_path / "table"),
+        sink=table.sink,
         sink_format="delta",
-        spark_conf=delta_conf(),
+        spark_conf=table.spark_conf,
         transform="tests.integration.e2e_transforms:fail_while_flagged",
         replay_interval_s=20,
     )
-    table = Path(p.sink)
 
     def nothing_committed(failed) -> None:
-        assert not (table / "_delta_log").exists() or table_rows(table) == []
+        assert not table.exists("_delta_log") or table_rows(table) == []
 
     _, _, ok = af.fail_replay_then_ingest(p, kafka_broker.bootstrap, flag, after_failure=nothing_committed)
     assert ok.xcoms["ingest"]["records"] == 20
