@@ -13,12 +13,17 @@ bootstrap times out, raising only "Unable to bootstrap". :func:`new_client` watc
 log while the constructor runs and, if a SASL login was refused, raises
 :class:`SaslLoginRefused` with the broker's own words instead.
 
+:func:`run_within` bounds a whole conversation with the brokers: kafka-python bounds its requests,
+but not every wait before one (a TLS handshake with a broker that accepted the connection and
+then stopped answering waits for ever).
+
 No Airflow or Spark imports (the Spark job and the Airflow worker both use it).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -27,6 +32,32 @@ T = TypeVar("T")
 
 class SaslLoginRefused(RuntimeError):
     """The broker refused the client's SASL login (wrong user, password or mechanism)."""
+
+
+class NoAnswer(Exception):
+    """A call given to :func:`run_within` had not ended when its time was up."""
+
+
+def run_within(timeout_s: float, name: str, fn: Callable[[], T]) -> T:
+    """``fn()`` in a daemon thread: its result, or its exception, or :class:`NoAnswer` once
+    ``timeout_s`` have passed (the call is left to its thread; close or discard what it uses)."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"kbp-kafka-{name[:40]}", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise NoAnswer(f"{name}: no answer within {timeout_s:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 class _RefusedLogins(logging.Handler):

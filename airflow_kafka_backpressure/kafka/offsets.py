@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..models import TopicPartition
-from .clients import SaslLoginRefused, new_client
+from .clients import NoAnswer, SaslLoginRefused, new_client, run_within
 from .config import redact, to_kafka_python
 
 #: Seconds the watchdog waits beyond ``timeout_s`` for kafka-python's own timeout to fire first.
@@ -174,24 +174,11 @@ class KafkaOffsets:
         """``fn(*args, **kwargs)`` in a watchdog thread: its result or its exception, or
         :class:`KafkaUnavailableError` once ``timeout_s`` + :data:`WATCHDOG_GRACE_S` have passed
         (the stuck call is left to its daemon thread and every client of this object discarded)."""
-        box: dict[str, Any] = {}
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                box["value"] = fn(*args, **kwargs)
-            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below
-                box["error"] = e
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name=f"kbp-kafka-{what[:40]}", daemon=True).start()
-        if not done.wait(self.timeout_ms / 1000 + WATCHDOG_GRACE_S):
+        try:
+            return run_within(self.timeout_ms / 1000 + WATCHDOG_GRACE_S, what, lambda: fn(*args, **kwargs))
+        except NoAnswer:
             self._discard()
-            raise self._no_answer(what)
-        if "error" in box:
-            raise box["error"]
-        return box.get("value")
+            raise self._no_answer(what) from None
 
     def _call(self, what: str, fn, *args: Any, **kwargs: Any) -> Any:
         from kafka.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError

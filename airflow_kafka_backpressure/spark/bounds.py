@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_kafka_backpressure.kafka.clients import new_client
+from airflow_kafka_backpressure.kafka.clients import NoAnswer, new_client, run_within
 from airflow_kafka_backpressure.kafka.config import KafkaConfigError, to_kafka_python
 from airflow_kafka_backpressure.models import JobSpec, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.spark.errors import JobError
@@ -56,31 +56,13 @@ def range_problems(
     return problems
 
 
-def _client_config(spec: JobSpec) -> dict[str, Any]:
-    try:
-        cfg = to_kafka_python(spec.kafka, source="JobSpec.kafka")
-    except KafkaConfigError as e:
-        raise JobError(str(e)) from e
-    cfg.setdefault("bootstrap_timeout_ms", DEFAULT_BOOTSTRAP_TIMEOUT_MS)
-    cfg.setdefault("request_timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS)
-    cfg.setdefault("client_id", f"kbp-job-{spec.plan.pipeline}")
-    cfg.update(group_id=None, enable_auto_commit=False, allow_auto_create_topics=False)
-    return cfg
-
-
-def check_bounds(spec: JobSpec) -> dict[TopicPartition, tuple[int, int]]:
-    """Check the plan's ranges against the brokers; (earliest, latest) per topic-partition.
-
-    Raises :class:`JobError` for an unreachable broker (after ``bootstrap_timeout_ms``), a missing
-    topic or partition, or a range outside ``[earliest, latest]``.
-    """
+def _ask_brokers(
+    cfg: dict[str, Any], ranges: Sequence[OffsetRange]
+) -> tuple[dict[str, set[int]], dict[Any, int], dict[Any, int]]:
+    """The topics' partitions and the ranges' earliest and latest offsets, from the brokers."""
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KafkaTP
 
-    ranges = spec.plan.ranges
-    if not ranges:
-        return {}
-    cfg = _client_config(spec)
     servers = cfg["bootstrap_servers"]
     try:
         consumer = new_client(KafkaConsumer, **cfg)
@@ -108,6 +90,46 @@ def check_bounds(spec: JobSpec) -> dict[TopicPartition, tuple[int, int]]:
             ) from e
     finally:
         consumer.close()
+    return partitions, lo, hi
+
+
+def _client_config(spec: JobSpec) -> dict[str, Any]:
+    try:
+        cfg = to_kafka_python(spec.kafka, source="JobSpec.kafka")
+    except KafkaConfigError as e:
+        raise JobError(str(e)) from e
+    cfg.setdefault("bootstrap_timeout_ms", DEFAULT_BOOTSTRAP_TIMEOUT_MS)
+    cfg.setdefault("request_timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS)
+    cfg.setdefault("client_id", f"kbp-job-{spec.plan.pipeline}")
+    cfg.update(group_id=None, enable_auto_commit=False, allow_auto_create_topics=False)
+    return cfg
+
+
+def check_bounds(spec: JobSpec) -> dict[TopicPartition, tuple[int, int]]:
+    """Check the plan's ranges against the brokers; (earliest, latest) per topic-partition.
+
+    Raises :class:`JobError` for an unreachable broker (after ``bootstrap_timeout_ms``), a missing
+    topic or partition, or a range outside ``[earliest, latest]``. The whole conversation is
+    bounded (:func:`~airflow_kafka_backpressure.kafka.clients.run_within`): the bootstrap's timeout
+    and three request timeouts, whatever kafka-python waits on (a broker that accepted the TLS
+    connection and then froze answers no handshake, and kafka-python does not time that out).
+    """
+    ranges = spec.plan.ranges
+    if not ranges:
+        return {}
+    cfg = _client_config(spec)
+    servers = cfg["bootstrap_servers"]
+    limit_s = (cfg["bootstrap_timeout_ms"] + 3 * cfg["request_timeout_ms"]) / 1000 + 2
+    try:
+        partitions, lo, hi = run_within(limit_s, "bounds check", lambda: _ask_brokers(cfg, ranges))
+    except NoAnswer:
+        raise JobError(
+            f"no answer from Kafka at {servers!r} within {limit_s:.0f} s while checking the ranges of batch "
+            f"{spec.plan.batch_id} of pipeline {spec.plan.pipeline!r}: a broker accepted the connection but "
+            "does not answer (frozen, overloaded, or a TLS handshake that never completes). Nothing was "
+            "written; check the brokers' health, then replay the batch"
+        ) from None
+    tps = [r.tp for r in ranges if r.partition in partitions.get(r.topic, ())]
     earliest = {TopicPartition(k.topic, k.partition): int(v) for k, v in lo.items()}
     latest = {TopicPartition(k.topic, k.partition): int(v) for k, v in hi.items()}
     problems = range_problems(ranges, partitions, earliest, latest)
