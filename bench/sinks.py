@@ -19,13 +19,13 @@ gateway on 127.0.0.1, :class:`~airflow_kafka_backpressure.local.s3.S3Server`):
 
 * **commit cost against history**: small batches (``--small-records`` rows each) are committed one
   after the other into a fresh sink of each format (``--history-locations``, default local); when
-  the sink holds each checkpoint's number of batches (``--history``, default 10,300), ``--samples``
+  the sink holds each checkpoint's number of batches (``--history``, default 10,100), ``--samples``
   more commits are timed and their median printed, then the ratio of the last checkpoint's to the
   first's. A commit whose cost does not grow with the sink's history gives a ratio near 1. The
-  issue's 10 vs 10,000 batches: ``--history 10,10000`` (hours on a 2-core machine: every batch
-  is a Spark job).
+  issue's 10 vs 10,000 batches: ``--history 10,10000`` (about half a day on a 2-core machine: a
+  Delta commit of a small batch takes seconds there; ``--conf`` passes Spark settings to compare).
 
-    .venv/bin/python bench/sinks.py                                  # 1M records; history 10 → 300
+    .venv/bin/python bench/sinks.py                                  # 1M records; history 10 → 100
     .venv/bin/python bench/sinks.py --history 10,10000 --skip-throughput
     .venv/bin/python bench/sinks.py --records 100000 --repeat 1 --history 10,50   # a quick look
 """
@@ -52,8 +52,9 @@ PIPELINE, TOPIC, PARTITIONS = "bench", "bench-events", 4
 BUCKET = "kbp-bench"
 
 
-def session(master: str, work: Path, s3: Any) -> Any:
-    """A SparkSession with Delta's jars and SQL extension and S3A (both on the JVM's class path)."""
+def session(master: str, work: Path, s3: Any, extra: dict[str, str]) -> Any:
+    """A SparkSession with Delta's jars and SQL extension and S3A (both on the JVM's class path),
+    and the ``extra`` settings of ``--conf``."""
     from pyspark.sql import SparkSession
 
     from airflow_kafka_backpressure.local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
@@ -70,7 +71,7 @@ def session(master: str, work: Path, s3: Any) -> Any:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.warehouse.dir": str(work / "warehouse"),
     }
-    for key, value in conf.items():
+    for key, value in {**conf, **extra}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 
@@ -203,12 +204,19 @@ def main() -> None:
     ap.add_argument("--payload-bytes", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--history", default="10,300", help="batches in the sink at which commits are timed")
+    ap.add_argument("--history", default="10,100", help="batches in the sink at which commits are timed")
     ap.add_argument("--history-locations", default="local", help="comma-separated: local, s3")
     ap.add_argument("--small-records", type=int, default=100)
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-history", action="store_true")
+    ap.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the session, e.g. spark.databricks.delta.snapshotPartitions=2",
+    )
     args = ap.parse_args()
 
     from airflow_kafka_backpressure.local.s3 import S3Server
@@ -220,9 +228,11 @@ def main() -> None:
     try:
         s3.start()
         s3.create_bucket(BUCKET)
-        spark = session(args.master, work, s3)
+        spark = session(args.master, work, s3, dict(kv.split("=", 1) for kv in args.conf))
         spark.sparkContext.setLogLevel("WARN")
         print(f"spark {spark.version}, master {args.master}, {os.cpu_count()} cores; S3 server {s3.endpoint}")
+        if args.conf:
+            print(f"settings: {', '.join(args.conf)}")
         where = locations(work)
         if not args.skip_throughput:
             throughput(spark, args, where)
