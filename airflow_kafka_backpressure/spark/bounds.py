@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow_kafka_backpressure.kafka.clients import NoAnswer, new_client, run_within
 from airflow_kafka_backpressure.kafka.config import KafkaConfigError, to_kafka_python
+from airflow_kafka_backpressure.kafka.offsets import WATCHDOG_GRACE_S
 from airflow_kafka_backpressure.models import JobSpec, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.spark.errors import JobError
 
@@ -111,7 +112,7 @@ def check_bounds(spec: JobSpec) -> dict[TopicPartition, tuple[int, int]]:
     Raises :class:`JobError` for an unreachable broker (after ``bootstrap_timeout_ms``), a missing
     topic or partition, or a range outside ``[earliest, latest]``. The whole conversation is
     bounded (:func:`~airflow_kafka_backpressure.kafka.clients.run_within`): the bootstrap's timeout
-    and three request timeouts, whatever kafka-python waits on (a broker that accepted the TLS
+    and three request timeouts and the watchdog's grace, whatever kafka-python waits on (a broker that accepted the TLS
     connection and then froze answers no handshake, and kafka-python does not time that out).
     """
     ranges = spec.plan.ranges
@@ -119,7 +120,7 @@ def check_bounds(spec: JobSpec) -> dict[TopicPartition, tuple[int, int]]:
         return {}
     cfg = _client_config(spec)
     servers = cfg["bootstrap_servers"]
-    limit_s = (cfg["bootstrap_timeout_ms"] + 3 * cfg["request_timeout_ms"]) / 1000 + 2
+    limit_s = (cfg["bootstrap_timeout_ms"] + 3 * cfg["request_timeout_ms"]) / 1000 + WATCHDOG_GRACE_S
     try:
         partitions, lo, hi = run_within(limit_s, "bounds check", lambda: _ask_brokers(cfg, ranges))
     except NoAnswer:
