@@ -1,9 +1,12 @@
 """Checks of the running compose stack, from outside it (run by docker/test.sh on the host).
 
     python docker/check_stack.py wait-batches   --min 2 [--timeout 900]
+    python docker/check_stack.py wait-in-spark  --write-to FILE [--timeout 900]
+    python docker/check_stack.py wait-finished  --batch N [--timeout 900]
     python docker/check_stack.py unthrottle
-    python - end-offsets --kafka kafka:9092 < docker/check_stack.py      (inside the stack: prints JSON)
-    python docker/check_stack.py wait-caught-up --end-offsets JSON [--min-batches 3] [--timeout 600]
+    python - --properties-file client.json end-offsets < docker/check_stack.py   (inside the stack: JSON)
+    python - --properties-file client.json replication < docker/check_stack.py   (inside the stack)
+    python docker/check_stack.py wait-caught-up --end-offsets JSON [--min-batches 3] [--replays] [--timeout 600]
     python docker/check_stack.py verify --sink DIR --producer-log FILE --workers NAME [NAME ...]
 
 It reads the ledger with plain SQL (PostgreSQL), the broker's end offsets with kafka-python, the
@@ -13,7 +16,9 @@ of the provider's own code, so a bug there cannot hide itself. The broker advert
 name, which only resolves inside the stack: ``end-offsets`` runs in a container of the stack (it
 needs nothing but kafka-python), and its output is handed to ``wait-caught-up``.
 
-Endpoints (defaults: this machine's hostnet.env): --postgres, --kafka, --airflow, --spark-ui.
+Endpoints (defaults: this machine's hostnet.env): --postgres, --airflow, --spark-ui; Kafka:
+--properties-file, a JSON file of librdkafka-style client properties (the stack's kafka-users writes
+it: bootstrap servers, SASL_SSL, the SCRAM user).
 Exit status 0 when the check holds; otherwise 1 with a message saying what was wrong.
 """
 
@@ -111,15 +116,113 @@ def wait_batches(args: argparse.Namespace) -> None:
         time.sleep(5)
 
 
+def wait_in_spark(args: argparse.Namespace) -> None:
+    """Wait until a batch is running and its Spark application is on the master (its executors
+    are reading Kafka, or about to), and write its batch id to --write-to."""
+    import requests
+
+    deadline = time.monotonic() + args.timeout
+    while True:
+        rows = batches(args)
+        fail_on_failed(rows)
+        active = {
+            a["name"] for a in requests.get(f"{args.spark_ui}/json/", timeout=30).json().get("activeapps", [])
+        }
+        for b in rows:
+            if b["status"] == "running" and f"kbp-{PIPELINE}-batch-{b['batch_id']}" in active:
+                log(f"batch {b['batch_id']} is running in Spark")
+                with open(args.write_to, "w") as f:
+                    f.write(str(b["batch_id"]))
+                return
+        if time.monotonic() > deadline:
+            raise CheckFailed(f"after {args.timeout:.0f} s no batch was running in Spark: {show(rows)}")
+        time.sleep(0.5)
+
+
+def wait_finished(args: argparse.Namespace) -> None:
+    """Wait until batch --batch has finished: succeeded, or failed and then replayed."""
+    deadline = time.monotonic() + args.timeout
+    seen: list[str] = []
+    while True:
+        row = next((b for b in batches(args) if b["batch_id"] == args.batch), None)
+        status = row["status"] if row else "absent"
+        if not seen or seen[-1] != status:
+            seen.append(status)
+            log(f"batch {args.batch}: {status}" + (f" ({row['error']})" if row and row["error"] else ""))
+        if status in DONE:
+            log(f"batch {args.batch} finished: {' -> '.join(seen)}")
+            return
+        if status == "abandoned" or time.monotonic() > deadline:
+            raise CheckFailed(
+                f"batch {args.batch} did not finish within {args.timeout:.0f} s: {' -> '.join(seen)}"
+            )
+        time.sleep(2)
+
+
+def kafka_python_config(path: str | None) -> dict:
+    """kafka-python arguments for a file of librdkafka-style properties (by hand: this script uses
+    nothing of the provider)."""
+    if not path:
+        return {}
+    with open(path) as f:
+        props = json.load(f)
+    names = {
+        "bootstrap.servers": "bootstrap_servers",
+        "security.protocol": "security_protocol",
+        "sasl.mechanism": "sasl_mechanism",
+        "sasl.username": "sasl_plain_username",
+        "sasl.password": "sasl_plain_password",
+        "ssl.ca.location": "ssl_cafile",
+    }
+    unknown = sorted(set(props) - set(names))
+    if unknown:
+        raise CheckFailed(f"{path}: properties this check does not know: {unknown}")
+    return {names[k]: v for k, v in props.items()}
+
+
+def replication(args: argparse.Namespace) -> None:
+    """Every partition of the topic and of the group offsets' topic has 3 replicas, all in sync
+    (waits up to --timeout for a restarted broker to catch up)."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(
+        client_id="kbp-docker-check",
+        **{"bootstrap_servers": args.kafka, **kafka_python_config(args.properties_file)},
+    )
+    deadline = time.monotonic() + args.timeout
+    try:
+        while True:
+            topics = admin.describe_topics([TOPIC, "__consumer_offsets"])
+            short = {
+                (t["name"], p["partition_index"]): (len(p["replica_nodes"]), len(p["isr_nodes"]))
+                for t in topics
+                for p in t["partitions"]
+                if len(p["replica_nodes"]) != 3 or len(p["isr_nodes"]) != 3
+            }
+            counts = {t["name"]: len(t["partitions"]) for t in topics}
+            if not short and all(counts.values()):
+                log(f"replication: every partition of {counts} has 3 replicas, 3 in sync")
+                return
+            if time.monotonic() > deadline:
+                raise CheckFailed(
+                    f"partitions without 3 replicas in sync after {args.timeout:.0f} s "
+                    f"((topic, partition): (replicas, in sync)): {dict(list(short.items())[:10])}; partitions {counts}"
+                )
+            time.sleep(2)
+    finally:
+        admin.close()
+
+
 def end_offsets(args: argparse.Namespace) -> None:
     """Print the topic's end offsets as JSON {partition: offset}."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=args.kafka, client_id="kbp-docker-check")
+    config = {"bootstrap_servers": args.kafka, **kafka_python_config(args.properties_file)}
+    consumer = KafkaConsumer(client_id="kbp-docker-check", **config)
     try:
         parts = consumer.partitions_for_topic(TOPIC) or set()
         if not parts:
-            raise CheckFailed(f"topic {TOPIC} has no partitions on {args.kafka}")
+            raise CheckFailed(f"topic {TOPIC} has no partitions on {config['bootstrap_servers']}")
         ends = consumer.end_offsets([TopicPartition(TOPIC, p) for p in parts])
         print(json.dumps({tp.partition: int(o) for tp, o in ends.items()}))
     finally:
@@ -134,7 +237,8 @@ def wait_caught_up(args: argparse.Namespace) -> None:
     deadline = time.monotonic() + args.timeout
     while True:
         rows = batches(args)
-        fail_on_failed(rows)
+        if not args.replays:
+            fail_on_failed(rows)
         heads = range_heads(args)
         open_batches = [b["batch_id"] for b in rows if b["status"] not in DONE]
         behind = {p: e - heads.get(p, 0) for p, e in ends.items() if heads.get(p, 0) < e}
@@ -327,7 +431,10 @@ def verify(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--postgres", default="postgresql://airflow:airflow@127.0.0.1:27432/kbp")
-    p.add_argument("--kafka", default="127.0.0.1:27092")
+    p.add_argument(
+        "--kafka", default="127.0.0.1:27092", help="bootstrap servers, unless --properties-file has them"
+    )
+    p.add_argument("--properties-file", default=None, help="Kafka client properties (JSON, librdkafka-style)")
     p.add_argument("--reader", default="native", help="the reader every batch with records must have used")
     p.add_argument("--airflow", default="http://127.0.0.1:27880")
     p.add_argument("--spark-ui", default="http://127.0.0.1:27080")
@@ -340,12 +447,25 @@ def main(argv: list[str] | None = None) -> int:
     w = sub.add_parser("wait-batches")
     w.add_argument("--min", type=int, default=3)
     w.add_argument("--timeout", type=float, default=900)
+    r = sub.add_parser("wait-in-spark")
+    r.add_argument("--write-to", required=True, help="file to write the batch id to")
+    r.add_argument("--timeout", type=float, default=900)
+    f = sub.add_parser("wait-finished")
+    f.add_argument("--batch", type=int, required=True)
+    f.add_argument("--timeout", type=float, default=900)
     sub.add_parser("unthrottle")
     sub.add_parser("end-offsets")
+    rp = sub.add_parser("replication")
+    rp.add_argument("--timeout", type=float, default=120)
     c = sub.add_parser("wait-caught-up")
     c.add_argument("--end-offsets", required=True, help="JSON {partition: end offset}, from end-offsets")
     c.add_argument("--min-batches", type=int, default=3, help="batches with records needed in all")
     c.add_argument("--timeout", type=float, default=600)
+    c.add_argument(
+        "--replays",
+        action="store_true",
+        help="a failed batch is not a failure while the replay DAG may still replay it (a fault was injected)",
+    )
     v = sub.add_parser("verify")
     v.add_argument("--sink", required=True, help="the sink directory of the demo pipeline, as seen from here")
     v.add_argument("--producer-log", required=True, help="the demo producer's output")
@@ -354,6 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         {
             "wait-batches": wait_batches,
+            "wait-in-spark": wait_in_spark,
+            "wait-finished": wait_finished,
+            "replication": replication,
             "unthrottle": unthrottle,
             "end-offsets": end_offsets,
             "wait-caught-up": wait_caught_up,

@@ -6,16 +6,17 @@
 #     password, in the airflow-secrets volume (the services read them through *_CMD settings);
 #  2. the ledger's database on the PostgreSQL server (created when missing);
 #  3. airflow db migrate;
-#  4. connections kafka_default, spark_default, spark_connect_default, kbp_ledger (added when missing);
+#  4. connections kafka_default (the client properties kafka-users wrote: the brokers, SASL_SSL, the
+#     SCRAM user), spark_default, spark_connect_default, kbp_ledger (added when missing);
 #  5. the demo pipeline's settings Variable (set when missing).
 #
-# Environment (set by compose.yaml): KBP_KAFKA_BOOTSTRAP, KBP_SPARK_MASTER_URL, KBP_SPARK_CONNECT_HOST,
+# Environment (set by compose.yaml): KBP_KAFKA_CLIENT_PROPERTIES, KBP_SPARK_MASTER_URL, KBP_SPARK_CONNECT_HOST,
 # KBP_SPARK_CONNECT_PORT, KBP_LEDGER_HOST, KBP_LEDGER_PORT, KBP_LEDGER_USER, KBP_LEDGER_PASSWORD,
 # KBP_LEDGER_DB, AIRFLOW_ADMIN_PASSWORD, KBP_DEMO_SETTINGS_KEY, KBP_DEMO_SETTINGS.
 set -euo pipefail
 log() { echo "airflow-init: $*" >&2; }
 need() { [[ -n "${!1:-}" ]] || { log "ERROR: environment variable $1 is not set (see docker/compose.yaml)"; exit 1; }; }
-for v in KBP_KAFKA_BOOTSTRAP KBP_SPARK_MASTER_URL KBP_SPARK_CONNECT_HOST KBP_SPARK_CONNECT_PORT KBP_LEDGER_HOST \
+for v in KBP_KAFKA_CLIENT_PROPERTIES KBP_SPARK_MASTER_URL KBP_SPARK_CONNECT_HOST KBP_SPARK_CONNECT_PORT KBP_LEDGER_HOST \
          KBP_LEDGER_PORT KBP_LEDGER_USER KBP_LEDGER_PASSWORD KBP_LEDGER_DB; do
     need "$v"
 done
@@ -72,8 +73,8 @@ e = os.environ
 connections = {
     "kafka_default": {
         "conn_type": "kafka",
-        "description": "Kafka brokers of the demo pipeline (librdkafka-style keys in extra)",
-        "extra": json.dumps({"bootstrap.servers": e["KBP_KAFKA_BOOTSTRAP"]}),
+        "description": "Kafka cluster of the demo pipeline: SASL_SSL, SCRAM user (librdkafka-style keys in extra)",
+        "extra": open(e["KBP_KAFKA_CLIENT_PROPERTIES"]).read(),
     },
     "spark_default": {
         "conn_type": "spark",

@@ -11,7 +11,10 @@
 #     Kafka (Apache Kafka from Maven Central's jars, on the stack's image) and PostgreSQL (Debian's);
 #  4. brings up docker/compose.yaml with docker/compose.hostnet.yaml (host networking, ports from
 #     docker/hostnet.env) and 2 Spark workers, and checks that no network was created;
-#  5. waits for 2 batches of the demo pipeline with a change of executor count, stops the producer,
+#  5. waits for 2 batches of the demo pipeline with a change of executor count; checks that the
+#     topic and the group offsets are on 3 replicas; SIGKILLs Kafka node kafka-1 while a batch runs
+#     in Spark, starts it again 20 s later, and waits until that batch has finished (succeeded, or
+#     failed and replayed) and kafka-1 is back in sync; stops the producer,
 #     turns backpressure off (a settings Variable edit), waits until the pipeline has caught up
 #     after >= 3 batches with records, then checks (docker/check_stack.py) that
 #     every produced record is in the sink exactly once and that the executors per batch moved
@@ -46,7 +49,7 @@ set -a
 # shellcheck source=hostnet.env
 source "$HERE/hostnet.env"   # the ports; compose reads the same file
 set +a
-CHECK=("$ROOT/.venv/bin/python" "$HERE/check_stack.py" --kafka "127.0.0.1:$KAFKA_PORT"
+CHECK=("$ROOT/.venv/bin/python" "$HERE/check_stack.py"
        --postgres "postgresql://airflow:airflow@127.0.0.1:$POSTGRES_PORT/kbp"
        --airflow "http://127.0.0.1:$AIRFLOW_PORT" --spark-ui "http://127.0.0.1:$SPARK_MASTER_WEBUI_PORT")
 
@@ -74,6 +77,16 @@ check() {
     PATH="/usr/bin:$PATH" "${CHECK[@]}" "$@" 2> "$err" || rc=$?
     cat "$err" >&2
     [[ $rc -eq 0 ]] || die "docker/check_stack.py $1: $(grep -h 'check FAILED' "$err" | tail -n 1)"
+}
+
+# in_stack <command> ...: docker/check_stack.py inside the stack (a one-off container of the stack's
+# image on the host's network, the service names mapped as compose.hostnet.yaml maps them), a
+# client of the cluster's CLIENT listeners with kafka-users' properties (SASL_SSL, SCRAM)
+in_stack() {
+    docker run --rm -i --network host --add-host kafka-1:127.0.0.1 --add-host kafka-2:127.0.0.1 \
+        --add-host kafka-3:127.0.0.1 -v "${PROJECT}_kafka-tls:/etc/kafka/tls:ro" \
+        -v "${PROJECT}_kafka-client:/opt/kbp/kafka-client:ro" "$KBP_IMAGE" \
+        python - --properties-file /opt/kbp/kafka-client/client.json "$@" < "$HERE/check_stack.py"
 }
 
 # docker: the engine's own client (a newer one without buildx may come first on PATH)
@@ -194,7 +207,7 @@ if [[ -n "$STACK_AFTER" ]]; then
 fi
 
 phase "stack up (2 Spark workers)"
-for p in $(sed -n 's/^[A-Z_]*PORT=\([0-9]*\)$/\1/p' "$HERE/hostnet.env") 27182; do
+for p in $(sed -n 's/^[A-Z0-9_]*PORT=\([0-9]*\)$/\1/p' "$HERE/hostnet.env") 27182; do
     ! ss -Hltn "sport = :$p" | grep -q . || die "port $p on this machine is in use; the stack needs the ports of docker/hostnet.env (and 27182 for the second worker's UI)"
 done
 compose up -d --no-build --scale spark-worker=2 > "$W/up.log" 2>&1 || { cat "$W/up.log" >&2; die "docker-compose up failed"; }
@@ -219,16 +232,29 @@ fi
 phase "2 batches, executor count changes"
 check wait-batches --min 2 --timeout "$WAIT_S"
 
+phase "kafka-1 killed mid-batch and restarted"
+# the cluster as the pipeline sees it: its topic and the group offsets' topic on 3 replicas, in sync
+in_stack replication --timeout 120 > "$W/replication.log" 2>&1 || { cat "$W/replication.log" >&2; die "replication check failed"; }
+grep "^check:" "$W/replication.log" >&2
+check wait-in-spark --write-to "$W/in-flight" --timeout "$WAIT_S"
+BATCH="$(cat "$W/in-flight")"
+docker kill --signal KILL "${PROJECT}_kafka-1_1" > /dev/null
+say "kafka-1 killed (SIGKILL) while batch $BATCH was running in Spark; restarted in 20 s"
+sleep 20
+docker start "${PROJECT}_kafka-1_1" > /dev/null
+check wait-finished --batch "$BATCH" --timeout "$WAIT_S"
+in_stack replication --timeout 300 > "$W/replication.log" 2>&1 || { cat "$W/replication.log" >&2; die "kafka-1 did not rejoin"; }
+grep "^check:" "$W/replication.log" >&2
+
 phase "stop producer, catch up, >= 3 batches"
 compose stop -t 30 demo-producer > /dev/null 2>&1
 docker logs "${PROJECT}_demo-producer_1" > "$W/producer.log" 2>&1
 grep "produced" "$W/producer.log" >&2 || true
 # backpressure off (a Variable edit, as in the UI): the next batches read up to the latest offsets
 check unthrottle
-# the broker advertises its service name: ask for the end offsets from inside the stack
-ENDS="$(compose run --rm --no-deps -T demo-producer python - --kafka "$KBP_KAFKA_BOOTSTRAP" end-offsets \
-    < "$HERE/check_stack.py" 2> "$W/end-offsets.log")" || { cat "$W/end-offsets.log" >&2; die "could not read the end offsets"; }
-check wait-caught-up --end-offsets "$ENDS" --min-batches 3 --timeout "$WAIT_S"
+# the brokers advertise their service names: ask for the end offsets from inside the stack
+ENDS="$(in_stack end-offsets 2> "$W/end-offsets.log")" || { cat "$W/end-offsets.log" >&2; die "could not read the end offsets"; }
+check wait-caught-up --end-offsets "$ENDS" --min-batches 3 --replays --timeout "$WAIT_S"
 
 phase "verify sink and executors"
 SINK="$(docker volume inspect "${PROJECT}_sink" --format '{{.Mountpoint}}')/sink/demo"

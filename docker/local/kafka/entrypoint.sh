@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Apache Kafka (KRaft) configured like the apache/kafka image: every KAFKA_<NAME> variable becomes the
-# server property <name> ("_" -> "."; KAFKA_HEAP_OPTS, KAFKA_OPTS and CLUSTER_ID are not properties).
+# server property <name>, lower case, with the image's rules: "___" -> "-", "__" -> "_", "_" -> "."
+# (KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___512_SASL_JAAS_CONFIG is
+# listener.name.client.scram-sha-512.sasl.jaas.config). KAFKA_HEAP_OPTS, KAFKA_OPTS and CLUSTER_ID
+# are not properties.
 # The storage is formatted on first start (kept when already formatted), then the server runs in
 # the foreground.
 set -euo pipefail
@@ -8,7 +11,7 @@ conf=/opt/kafka/config/server.properties
 : > "$conf"
 while IFS='=' read -r name value; do
     case "$name" in KAFKA_HEAP_OPTS|KAFKA_OPTS) continue ;; esac
-    key="$(tr 'A-Z_' 'a-z.' <<< "${name#KAFKA_}")"
+    key="$(tr 'A-Z' 'a-z' <<< "${name#KAFKA_}" | sed -e 's/___/-/g' -e 's/__/@/g' -e 's/_/./g' -e 's/@/_/g')"
     printf '%s=%s\n' "$key" "$value" >> "$conf"
 done < <(env | grep '^KAFKA_' | sort)
 log4j2="$(/opt/venv/bin/python -c 'from airflow_kafka_backpressure.local.apache_kafka import LOG4J2_CONFIG; print(LOG4J2_CONFIG)')"
