@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
 
 from airflow_kafka_backpressure.ledger import Ledger
@@ -26,7 +27,7 @@ from airflow_kafka_backpressure.pipeline import PipelineConfig
 from tests.faults.pause_point import PAUSE_DIR_ENV as PAUSE_AFTER_COMMIT_DIR_ENV
 
 from ..fixtures_postgres import LocalPostgres, PostgresUnavailable
-from .harness import Outcome, Standalone, check_pipeline, wait_until_consistent
+from .harness import Outcome, Standalone, check_pipeline, wait_for, wait_until_consistent
 
 TMP_ROOT = Path(__file__).resolve().parents[2] / ".tmp"
 SCENARIOS = (
@@ -40,10 +41,12 @@ SCENARIOS = (
     "backfill",
     "plan_kill",
     "partitions_added",
+    "topic_recreated",
 )
 #: The retention scenario's batch fails while its flag file exists; a lost offset is skipped, recorded.
 SCENARIO_OVERRIDES = {
     "retention": dict(on_data_loss="skip", transform="tests.integration.e2e_transforms:fail_while_flagged"),
+    "topic_recreated": dict(on_topic_reset="earliest"),
 }
 PARTITIONS = 2
 #: Short intervals: a batch every 15 s, a replay look every 20 s, leases of 20 s.
@@ -112,6 +115,15 @@ class FaultRig:
         self.standalone.set_paused(p.ingest_dag_id, False)
         if replay:
             self.standalone.set_paused(p.replay_dag_id, False)
+
+    def wait_for_spark(self, p: PipelineConfig) -> list[psutil.Process]:
+        """Until a Spark driver of one of the pipeline's batches runs: the drivers' processes."""
+        return wait_for(
+            "a Spark driver of the pipeline",
+            lambda: self.standalone.spark_drivers(f"kbp-{p.name}-batch-"),
+            STEP_TIMEOUT_S,
+            every_s=0.5,
+        )
 
     def ledger(self, p: PipelineConfig) -> Ledger:
         return Ledger(self.ledger_urls[p.name])

@@ -519,6 +519,16 @@ class Outcome:
         )
 
 
+def lost_offsets(ledger: Ledger, pipeline: str) -> set[tuple[int, int]]:
+    """(partition, offset) of every offset the ledger recorded as lost for the pipeline."""
+    return {
+        (s.partition, o)
+        for b in ledger.losses(pipeline, 100_000)
+        for s in b.spans
+        for o in range(s.from_offset, s.until_offset)
+    }
+
+
 def check_pipeline(p: PipelineConfig, ledger_url: str, bootstrap: str) -> Outcome:
     """Every offset of the topic in the sink exactly once or recorded as lost by the ledger, the
     consumer group committed to the end of every partition, no batch unfinished."""
@@ -530,12 +540,7 @@ def check_pipeline(p: PipelineConfig, ledger_url: str, bootstrap: str) -> Outcom
     ledger = Ledger(ledger_url)
     try:
         batches = ledger.recent_batches(p.name, 100_000)
-        lost = {
-            (s.partition, o)
-            for b in ledger.losses(p.name, 100_000)
-            for s in b.spans
-            for o in range(s.from_offset, s.until_offset)
-        }
+        lost = lost_offsets(ledger, p.name)
     finally:
         ledger.dispose()
     seen = sink_offsets(p.sink)

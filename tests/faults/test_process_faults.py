@@ -23,12 +23,7 @@ def test_sigkill_of_the_spark_driver_mid_batch_is_replayed_exactly_once(rig):
     rig.produce(p, 300, 0)
     rig.start(p)
     app = f"kbp-{p.name}-batch-"
-    driver = wait_for(
-        "a Spark driver of the pipeline",
-        lambda: rig.standalone.spark_drivers(app),
-        STEP_TIMEOUT_S,
-        every_s=0.5,
-    )[0]
+    driver = rig.wait_for_spark(p)[0]
     on_command_lines: set[str] = set()
     deadline = time.monotonic() + 4  # the JVM is up and running the job
     while time.monotonic() < deadline:
@@ -71,12 +66,7 @@ def test_sigkill_of_the_scheduler_mid_batch_costs_no_record(rig):
     rig.produce(p, 300, 0)
     rig.start(p)
     app = f"kbp-{p.name}-batch-"
-    in_flight = wait_for(
-        "a Spark driver of the pipeline",
-        lambda: rig.standalone.spark_drivers(app),
-        STEP_TIMEOUT_S,
-        every_s=0.5,
-    )
+    in_flight = rig.wait_for_spark(p)
     schedulers = rig.standalone.schedulers()
     assert schedulers, "no airflow scheduler process found"
     for s in schedulers:

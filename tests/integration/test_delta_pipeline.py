@@ -1,7 +1,8 @@
 """The shipped DAGs writing a Delta Lake table (``sink_format="delta"``) under real Airflow
 (``dag.test()``), the real broker and real ``spark-submit`` with Delta's jars and SQL extension in
 the pipeline's ``spark_conf``: ingest, a failed batch and its replay, a cleared run rewriting its
-batch, each record once; on a local path and on the real S3 server (``s3a://``, hadoop-aws).
+batch, each record once; a batch committed by a worker that died before the ledger's mark,
+adopted; on a local path and on the real S3 server (``s3a://``, hadoop-aws).
 
 The table is read back without Spark and without the product's code: the Delta log's JSON commits
 replayed (``add`` minus ``remove``) and the live Parquet files read with pyarrow.
@@ -10,6 +11,7 @@ replayed (``add`` minus ``remove``) and the live Parquet files read with pyarrow
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +20,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_kafka_backpressure.local.producer import produce
+from airflow_kafka_backpressure.models import TopicPartition
+
 from . import airflow_harness as af
+from .test_pipeline_e2e import committed
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +157,72 @@ def test_a_delta_pipeline_ingests_fails_replays_and_rewrites_each_record_once(
         sorted(json.dumps(r.to_dict(), sort_keys=True) for r in ledger.batch(2).plan.ranges)
     )
     assert sum(x["records"] for x in commits[-1]["details"]["partitions"]) == 20
+
+
+def test_a_delta_batch_written_but_not_marked_is_adopted_without_writing_again(
+    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table
+):
+    """The worker's Spark job committed the batch's Delta transaction and the worker died before the
+    ledger's mark: the replay finds the commit (its metadata names the batch and the planned ranges)
+    and adopts it. No second transaction, no record read again."""
+    from .test_replay_reliability import write_without_mark
+
+    make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
+    p, ledger = make(sink=table.sink, sink_format="delta", spark_conf=table.spark_conf, replay_interval_s=20)
+    dead = "deadbeef" * 4
+    plan, metrics = write_without_mark(p, ledger, kafka_broker.bootstrap, dead)
+    assert metrics.records == 40
+    written = batch_commits(table)
+    assert [(c["batch_id"], c["attempt"]) for c in written] == [(plan.batch_id, 1)]
+    ledger.renew_lease(plan.batch_id, dead, 1)  # ... and the worker died: its lease runs out
+    time.sleep(0.05)
+
+    r = af.run_dag(p.replay_dag_id, 0)
+    assert r.state == "success", r.task_states
+    assert [(x["batch_id"], x["records"], x["adopted"], x["lost"]) for x in r.xcoms["replay"]] == [
+        (plan.batch_id, 40, True, 0)
+    ]
+    batch = ledger.batch(plan.batch_id)
+    assert batch.status == "replayed" and batch.records == 40 and batch.attempts == 2
+    assert batch_commits(table) == written  # the dead attempt's transaction, and no other
+    assert Counter(json.loads(r["value"])["id"] for r in table_rows(table)) == Counter(range(40))
+    assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic_name, q): 10 for q in range(4)}
+    assert ledger.losses(p.name) == []
+
+
+def test_killing_a_delta_batchs_task_commits_nothing_and_the_replay_lands_it_once(
+    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table
+):
+    """The ingest task killed (SIGTERM: the operator's on_kill) while its Spark job holds the batch
+    in a UDF: the job is stopped, no transaction reaches the table, the batch is failed; the replay
+    DAG lands it in one transaction, each record once."""
+    from .test_batch_stop import HOLD, ProcessWatch, check_stopped, held_pids, kill_task_when_held
+
+    flag = tmp_path / "hold"
+    monkeypatch.setenv("KBP_TEST_HOLD_FLAG", str(flag))
+    make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
+    fields = dict(sink=table.sink, sink_format="delta", spark_conf=table.spark_conf, replay_interval_s=20)
+    p, ledger = make(transform=HOLD, **fields)
+    produce(kafka_broker.bootstrap, topic_name, count=120, partitions=4)
+    flag.touch()
+
+    result: dict = {}
+    with ProcessWatch() as watch:
+        killer = kill_task_when_held(flag, result)
+        run = af.run_dag(p.ingest_dag_id, 0)
+        killer.join(5)
+    assert result.get("killed_at"), "the batch's UDF never started: nothing was killed"
+    assert run.task_states["ingest"] == "failed", run.task_states
+    check_stopped("submit", None, watch, held_pids(flag))
+    batch = ledger.batch(1)
+    assert batch.status == "failed" and "killed" in batch.error, (batch.status, batch.error)
+    assert batch_commits(table) == []  # no transaction of the killed attempt
+
+    flag.unlink()
+    p, ledger = make(name=p.name, transform=HOLD, **fields)
+    replay = af.run_dag(p.replay_dag_id, 0)
+    assert replay.state == "success", replay.task_states
+    assert ledger.batch(1).status == "replayed"
+    assert [(c["batch_id"], c["attempt"]) for c in batch_commits(table)] == [(1, 2)]
+    assert Counter(json.loads(r["value"])["id"] for r in table_rows(table)) == Counter(range(120))
+    assert sum(committed(kafka_broker.bootstrap, p).values()) == 120

@@ -158,16 +158,15 @@ def test_fail_mode_names_the_batch_and_the_abandon_command_and_later_batches_are
     assert ledger.replayable_batches(p.name) == []
 
 
-def written_not_marked(make_pipeline, kafka_broker, token: str, **fields):
-    """A batch of 40 records whose attempt ``token`` ran the job (the sink swap committed) and died
-    before the ledger's mark: the row stays ``running`` under ``token``. Returns the pipeline, its
-    ledger, the plan and the committed manifest."""
+def write_without_mark(p: PipelineConfig, ledger: Ledger, bootstrap: str, token: str):
+    """40 records produced and planned as one batch, which attempt ``token`` runs through the sink's
+    commit; the ledger is not told (the worker died before its mark): the row stays ``running`` under
+    ``token``. Returns the plan and the job's metrics."""
     from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
 
-    p, ledger = make_pipeline(**fields)
     ledger.upgrade()  # what the DAG's tasks do on first use
     topic = p.topics[0]
-    produce(kafka_broker.bootstrap, topic, count=40, partitions=4)
+    produce(bootstrap, topic, count=40, partitions=4)
     plan = ledger.record_plan(
         p.name,
         "manual__dead-worker",
@@ -178,8 +177,17 @@ def written_not_marked(make_pipeline, kafka_broker, token: str, **fields):
     )
     row = ledger.mark_running(plan.batch_id, executors=1, token=token, lease_ms=3_600_000)
     metrics = SparkBatchHook.for_pipeline(p).run(
-        plan, 1, {"bootstrap.servers": kafka_broker.bootstrap}, token=token, attempt=row.attempts
+        plan, 1, {"bootstrap.servers": bootstrap}, token=token, attempt=row.attempts
     )
+    return plan, metrics
+
+
+def written_not_marked(make_pipeline, kafka_broker, token: str, **fields):
+    """A batch of 40 records whose attempt ``token`` ran the job (the sink swap committed) and died
+    before the ledger's mark: the row stays ``running`` under ``token``. Returns the pipeline, its
+    ledger, the plan and the committed manifest."""
+    p, ledger = make_pipeline(**fields)
+    plan, metrics = write_without_mark(p, ledger, kafka_broker.bootstrap, token)
     assert metrics.records == 40 and sink_ids(p.sink) == Counter(range(40))
     manifest = json.loads((Path(plan.output_path) / "_manifest.json").read_text())
     assert manifest["token"] == token and manifest["attempt"] == 1
