@@ -13,8 +13,9 @@ import os
 import secrets
 import shutil
 import signal
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
@@ -22,12 +23,14 @@ import pytest
 
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
+from airflow_kafka_backpressure.local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce
+from airflow_kafka_backpressure.local.s3 import S3Server
 from airflow_kafka_backpressure.pipeline import PipelineConfig
 from tests.faults.pause_point import PAUSE_DIR_ENV as PAUSE_AFTER_COMMIT_DIR_ENV
 
 from ..fixtures_postgres import LocalPostgres, PostgresUnavailable
-from .harness import Outcome, Standalone, check_pipeline, wait_for, wait_until_consistent
+from .harness import Outcome, Standalone, check_pipeline, sink_offsets, wait_for, wait_until_consistent
 
 TMP_ROOT = Path(__file__).resolve().parents[2] / ".tmp"
 SCENARIOS = (
@@ -42,6 +45,7 @@ SCENARIOS = (
     "plan_kill",
     "partitions_added",
     "topic_recreated",
+    "s3_restart",
 )
 #: The retention scenario's batch fails while its flag file exists; a lost offset is skipped, recorded.
 SCENARIO_OVERRIDES = {
@@ -49,6 +53,7 @@ SCENARIO_OVERRIDES = {
     "topic_recreated": dict(on_topic_reset="earliest"),
 }
 PARTITIONS = 2
+S3_BUCKET = "faults"
 #: Short intervals: a batch every 15 s, a replay look every 20 s, leases of 20 s.
 PIPELINE_DEFAULTS = dict(
     batch_interval_s=15,
@@ -95,6 +100,8 @@ class FaultRig:
     root: Path
     #: the password of the pipelines' Kafka user: it must show up nowhere the suite can read
     kafka_password: str = ""
+    #: the S3 server of the s3_restart scenario's Delta table (the tests restart it)
+    s3: S3Server | None = None
     started: list[PipelineConfig] = field(default_factory=list)
 
     @property
@@ -128,15 +135,33 @@ class FaultRig:
     def ledger(self, p: PipelineConfig) -> Ledger:
         return Ledger(self.ledger_urls[p.name])
 
+    def sink_positions(self, p: PipelineConfig) -> Counter:
+        """(partition, offset) of every record in the pipeline's sink: a Parquet directory read with
+        pyarrow, or a Delta table on the S3 server read from its log (tests.integration's reader)."""
+        if p.sink_format != "delta":
+            return sink_offsets(p.sink)
+        from tests.integration.test_delta_pipeline import Table, table_rows
+
+        assert self.s3 is not None and p.sink.startswith("s3a://")
+        table = Table(p.sink, self.s3.filesystem(), p.sink.removeprefix("s3a://"), {})
+        if not table.exists("_delta_log"):
+            return Counter()
+        return Counter((r["partition"], r["offset"]) for r in table_rows(table))
+
     def check(self, p: PipelineConfig) -> Outcome:
-        return check_pipeline(p, self.ledger_urls[p.name], self.broker.bootstrap)
+        return check_pipeline(p, self.ledger_urls[p.name], self.broker.bootstrap, self.sink_positions(p))
 
     def recover(self, p: PipelineConfig, timeout_s: float = RECOVER_TIMEOUT_S) -> tuple[Outcome, float]:
         """Wait until the pipeline holds every record exactly once (its outcome and how long that took),
         then stop it."""
         try:
             return wait_until_consistent(
-                self.standalone, p, self.ledger_urls[p.name], self.broker.bootstrap, timeout_s
+                self.standalone,
+                p,
+                self.ledger_urls[p.name],
+                self.broker.bootstrap,
+                timeout_s,
+                sink_positions=lambda: self.sink_positions(p),
             )
         finally:
             self.stop(p)
@@ -202,6 +227,7 @@ def fault_rig(request: pytest.FixtureRequest, spark_kafka_connector: str) -> Ite
     broker = KafkaBroker(root / "kafka", secured=True).start()
     kafka_password = f"kbp-fault-planted-{secrets.token_hex(12)}"
     postgres = LocalPostgres(root / "pg")
+    s3 = S3Server(root / "s3")
     standalone = None
     try:
         try:
@@ -212,6 +238,17 @@ def fault_rig(request: pytest.FixtureRequest, spark_kafka_connector: str) -> Ite
                 raise
             pg_ok = False
         pipelines, urls, ledgers = make_pipelines(root, SCENARIOS, pg_ok)
+        # the S3 restart scenario writes a Delta table on the rig's own S3 server (restarted by its test)
+        s3.start()
+        s3.create_bucket(S3_BUCKET)
+        pipelines["s3_restart"] = replace(
+            pipelines["s3_restart"],
+            sink=f"s3a://{S3_BUCKET}/s3_restart",
+            sink_format="delta",
+            spark_conf=combined_spark_conf(
+                spark_delta_conf(jars="extraClassPath"), spark_s3a_conf(s3, jars="extraClassPath")
+            ),
+        )
         if pg_ok:
             pg_url = postgres.url
             ledgers["kbp_ledger_pg"] = pg_url
@@ -227,20 +264,23 @@ def fault_rig(request: pytest.FixtureRequest, spark_kafka_connector: str) -> Ite
             connections(
                 broker.bootstrap, ledgers, broker.secured_client_properties(KAFKA_USER, kafka_password)
             ),
+            dag_files=[Path(__file__).with_name("dags") / "kbp_faults_lag_watch.py"],
             extra_env={
                 PAUSE_AFTER_COMMIT_DIR_ENV: str(pause_dir),
                 "KBP_TEST_FAIL_FLAG": str(root / "fail.flag"),
                 "SPARK_LOCAL_DIRS": str(root / "spark"),
+                **s3.aws_environment(),  # the tasks' side of the S3 sink (pyarrow), as a user sets it
             },
         ).start()
         for p in pipelines.values():
             standalone.set_variable(p.settings_variable, SETTINGS)
-        yield FaultRig(standalone, broker, postgres, pipelines, urls, pause_dir, root, kafka_password)
+        yield FaultRig(standalone, broker, postgres, pipelines, urls, pause_dir, root, kafka_password, s3)
     finally:
         if standalone is not None:
             standalone.stop()
         broker.stop()
         postgres.stop()
+        s3.stop()
         signal.signal(signal.SIGTERM, previous)
         if not request.session.testsfailed:  # else kept: the logs of Airflow, its tasks, the broker
             shutil.rmtree(root, ignore_errors=True)

@@ -158,6 +158,8 @@ class Standalone:
     pipelines: list[PipelineConfig]
     connections: dict[str, dict[str, Any]]
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: DAG files served beside the shipped one
+    dag_files: list[Path] = field(default_factory=list)
     port: int = 0
     proc: subprocess.Popen | None = None
     #: Schedulers started in place of a dead one (:meth:`revive_scheduler`), the live one last. Each
@@ -229,7 +231,8 @@ class Standalone:
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "tmp").mkdir(exist_ok=True)
         (self.home / "dags").mkdir(exist_ok=True)
-        shutil.copy(DAG_FILE, self.home / "dags" / DAG_FILE.name)
+        for dag_file in (DAG_FILE, *self.dag_files):
+            shutil.copy(dag_file, self.home / "dags" / dag_file.name)
         (self.home / "pipelines.json").write_text(
             json.dumps({"pipelines": [p.to_dict() for p in self.pipelines]})
         )
@@ -390,6 +393,19 @@ class Standalone:
             raise HarnessError(f"{method} {path}: {r.status_code} {r.text[:500]}")
         return r.json() if r.content else None
 
+    def trigger_run(self, dag_id: str, timeout_s: float = 180) -> str:
+        """Once the DAG is parsed: unpause it and start a manual run; its run id."""
+        wait_for(
+            f"DAG {dag_id} to be parsed", lambda: self.get(f"/api/v2/dags/{dag_id}", ok404=True), timeout_s
+        )
+        self.set_paused(dag_id, False)
+        return self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})["dag_run_id"]
+
+    def task_state(self, dag_id: str, run_id: str, task_id: str) -> str | None:
+        return next(
+            (t["state"] for t in self.task_instances(dag_id, run_id) if t["task_id"] == task_id), None
+        )
+
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": paused})
 
@@ -529,9 +545,12 @@ def lost_offsets(ledger: Ledger, pipeline: str) -> set[tuple[int, int]]:
     }
 
 
-def check_pipeline(p: PipelineConfig, ledger_url: str, bootstrap: str) -> Outcome:
+def check_pipeline(
+    p: PipelineConfig, ledger_url: str, bootstrap: str, seen: Counter | None = None
+) -> Outcome:
     """Every offset of the topic in the sink exactly once or recorded as lost by the ledger, the
-    consumer group committed to the end of every partition, no batch unfinished."""
+    consumer group committed to the end of every partition, no batch unfinished. ``seen``: the
+    sink's (partition, offset) counts when it is not a local Parquet directory."""
     with KafkaOffsets({"bootstrap.servers": bootstrap}) as k:
         tps = k.partitions(p.topics)
         ends = k.latest_offsets(tps)
@@ -543,7 +562,8 @@ def check_pipeline(p: PipelineConfig, ledger_url: str, bootstrap: str) -> Outcom
         lost = lost_offsets(ledger, p.name)
     finally:
         ledger.dispose()
-    seen = sink_offsets(p.sink)
+    if seen is None:
+        seen = sink_offsets(p.sink)
     expected = {(tp.partition, o) for tp in tps for o in range(starts[tp], ends[tp])}
     return Outcome(
         produced=len(expected),
@@ -565,7 +585,12 @@ def produced_end(bootstrap: str, topic: str) -> dict[TopicPartition, int]:
 
 
 def wait_until_consistent(
-    standalone: Standalone, p: PipelineConfig, ledger_url: str, bootstrap: str, timeout_s: float
+    standalone: Standalone,
+    p: PipelineConfig,
+    ledger_url: str,
+    bootstrap: str,
+    timeout_s: float,
+    sink_positions: Callable[[], Counter] | None = None,
 ) -> tuple[Outcome, float]:
     """Poll :func:`check_pipeline` until it holds (the pipeline recovered); returns the outcome and
     the seconds it took. On timeout: the last outcome, with the DAG runs' states in the error."""
@@ -573,7 +598,8 @@ def wait_until_consistent(
     last: list[Outcome] = []
 
     def consistent() -> bool:
-        last[:] = [check_pipeline(p, ledger_url, bootstrap)]
+        seen = sink_positions() if sink_positions is not None else None
+        last[:] = [check_pipeline(p, ledger_url, bootstrap, seen)]
         return last[0].ok
 
     try:

@@ -1,7 +1,7 @@
 """The pipeline's services fail or change under a real scheduler: the broker frozen (SIGSTOP) for
 longer than every timeout, the ledger's PostgreSQL stopped and restarted, each while a batch is in
-flight, the topic given more partitions while the pipeline runs, and the topic deleted and created
-again while a batch reads it."""
+flight, the S3 server under a Delta sink stopped and restarted mid-batch, the topic given more
+partitions while the pipeline runs, and the topic deleted and created again while a batch reads it."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ FREEZE_S = 45  # longer than the Kafka client timeouts (10 s) and the reader's s
 #: waits), at most this long: spark-submit alone takes minutes on a loaded 2-core machine.
 FREEZE_MAX_S = 300
 LEDGER_DOWN_S = 30
+S3_DOWN_S = 20
 
 
 def test_a_broker_frozen_longer_than_the_timeouts_costs_no_record(rig):
@@ -52,22 +53,38 @@ def test_a_broker_frozen_longer_than_the_timeouts_costs_no_record(rig):
     rig.assert_recovered(p, 400, f"broker frozen {FREEZE_S}s")
 
 
-def test_the_ledger_database_stopped_and_restarted_mid_batch(rig):
-    p = rig.pipeline("pg_outage")
-    if not rig.ledger_urls[p.name].startswith("postgresql"):
-        pytest.skip("no local PostgreSQL server (KBP_SKIP_POSTGRES=1)")
+def down_mid_batch(rig, p, stop, start, down_s: float, service: str) -> None:
+    """300 records, the pipeline started, ``stop()`` two seconds into its first batch's Spark job,
+    ``start()`` ``down_s`` later, 100 more records: every record once, nothing unfinished."""
     rig.produce(p, 300, 0)
     rig.start(p)
     rig.wait_for_spark(p)
     time.sleep(2)
-    rig.postgres.shutdown()
+    stop()
     try:
-        time.sleep(LEDGER_DOWN_S)
+        time.sleep(down_s)
     finally:
-        rig.postgres.restart()
+        start()
     rig.produce(p, 100, 300)
 
-    rig.assert_recovered(p, 400, f"ledger down {LEDGER_DOWN_S}s")
+    rig.assert_recovered(p, 400, f"{service} down {down_s}s")
+
+
+def test_the_ledger_database_stopped_and_restarted_mid_batch(rig):
+    p = rig.pipeline("pg_outage")
+    if not rig.ledger_urls[p.name].startswith("postgresql"):
+        pytest.skip("no local PostgreSQL server (KBP_SKIP_POSTGRES=1)")
+    down_mid_batch(rig, p, rig.postgres.shutdown, rig.postgres.restart, LEDGER_DOWN_S, "ledger")
+
+
+def test_the_s3_server_restarted_mid_batch_costs_no_record(rig):
+    """Issue 21's S3 scenario: the pipeline writes a Delta table on the rig's S3 server (s3a://,
+    hadoop-aws); the server is stopped while a batch's Spark job runs and started again
+    S3_DOWN_S later, on its data. The batch commits or fails and is replayed: every record in the
+    table once (read from the Delta log with pyarrow), the group at the end, nothing unfinished."""
+    p = rig.pipeline("s3_restart")
+    assert rig.s3 is not None and p.sink.startswith("s3a://")
+    down_mid_batch(rig, p, rig.s3.stop, rig.s3.start, S3_DOWN_S, "S3 server")
 
 
 def test_partitions_added_mid_run_are_read_from_their_first_record(rig):

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 from .conftest import STEP_TIMEOUT_S
+from .dags.kbp_faults_lag_watch import DAG_ID as LAG_WATCH_DAG_ID
+from .dags.kbp_faults_lag_watch import LAG_WATCH_TIMEOUT_S
 from .harness import command_lines_holding, files_holding, wait_for
 
 
@@ -18,9 +20,12 @@ def test_sigkill_of_the_spark_driver_mid_batch_is_replayed_exactly_once(rig):
     user whose password is planted (tests/faults/conftest.py). It is on no command line while the
     batch runs, and after the kill and the replay in no file of the installation: the logs of the
     scheduler, triggerer, DAG processor and API server (standalone.log), the task logs, Airflow's
-    database, the ledger, the sink and its hand-off folders, Spark's local folders."""
+    database, the ledger, the sink and its hand-off folders, Spark's local folders. Meanwhile a
+    deferrable lag sensor on the pipeline (tests/faults/dags/) reads Kafka as that user in the
+    triggerer: it must end skipped at its timeout, not failed, so its trigger authenticated."""
     p = rig.pipeline("driver_kill")
     rig.produce(p, 300, 0)
+    lag_watch = rig.standalone.trigger_run(LAG_WATCH_DAG_ID)
     rig.start(p)
     app = f"kbp-{p.name}-batch-"
     driver = rig.wait_for_spark(p)[0]
@@ -34,6 +39,16 @@ def test_sigkill_of_the_spark_driver_mid_batch_is_replayed_exactly_once(rig):
     rig.produce(p, 100, 300)
 
     rig.assert_recovered(p, 400, "driver kill")
+    watched = wait_for(
+        "the lag sensor to end",
+        lambda: (
+            rig.standalone.task_state(LAG_WATCH_DAG_ID, lag_watch, "lag") in ("skipped", "failed", "success")
+            and rig.standalone.task_state(LAG_WATCH_DAG_ID, lag_watch, "lag")
+        ),
+        LAG_WATCH_TIMEOUT_S + STEP_TIMEOUT_S,
+        every_s=2,
+    )
+    assert watched == "skipped", rig.standalone.task_log(LAG_WATCH_DAG_ID, lag_watch, "lag")[-3000:]
     killed = rig.ledger(p).batch(killed_batch)
     assert killed.status in ("replayed", "succeeded"), killed
     assert killed.attempts >= 2, killed  # the killed attempt, then the one that wrote it
