@@ -16,6 +16,9 @@
   under ``"batches"`` keyed by batch id, and each event's own batch is ``extra["batches"][key]``.
 * :func:`triggering_batch` — what a downstream task calls to get exactly the batch its run was
   created for (from ``dag_run.partition_key`` and the triggering event's extra).
+* :func:`batch_dataset` — that batch's rows as a ``pyarrow.dataset.Dataset``, without Spark: the
+  batch's Parquet directory, or a Delta table's current version filtered to the batch (read with
+  ``deltalake``, the ``delta`` extra).
 """
 
 from __future__ import annotations
@@ -122,4 +125,43 @@ def triggering_batch(context: Mapping[str, Any], pipeline: Any | None = None) ->
                 return batch
     raise NotTriggeredByABatch(
         f"Run {dag_run.run_id!r} (partition key {key!r}): no triggering sink Asset event describes batch {key}."
+    )
+
+
+def batch_dataset(batch: Mapping[str, Any], pipeline_name: str) -> Any:
+    """The rows of ``batch`` (what :func:`triggering_batch` returns) as a ``pyarrow.dataset.Dataset``.
+
+    * ``parquet``: the batch's directory (``output_path``), every file of it;
+    * ``delta``: the table at ``output_path``, its current version (a newer attempt of the batch
+      replaced its rows in one transaction), filtered to ``kbp_pipeline`` = ``pipeline_name`` and
+      ``kbp_batch_id`` = the batch id. Read with ``deltalake`` (delta-rs; ``pip install
+      airflow-provider-kafka-backpressure[delta]``); ``s3a://`` is read as ``s3://`` with the
+      ``AWS_*`` environment (an ``http://`` ``AWS_ENDPOINT_URL`` is allowed).
+    """
+    import pyarrow.dataset as ds
+
+    fmt = batch.get("sink_format", "parquet")
+    path = str(batch["output_path"])
+    if fmt == "parquet":
+        return ds.dataset(path, format="parquet")
+    if fmt != "delta":
+        raise ValueError(
+            f"batch {batch.get('batch_id')}: sink_format {fmt!r} has no reader here; use parquet or delta"
+        )
+    try:
+        from deltalake import DeltaTable
+    except ImportError:
+        raise ImportError(
+            f"batch {batch.get('batch_id')} is in the Delta table {path}: reading it without Spark needs "
+            "the deltalake package (pip install 'airflow-provider-kafka-backpressure[delta]')"
+        ) from None
+    import os
+
+    uri = "s3://" + path.split("://", 1)[1] if path.startswith(("s3a://", "s3n://")) else path
+    options = (
+        {"AWS_ALLOW_HTTP": "true"} if os.environ.get("AWS_ENDPOINT_URL", "").startswith("http://") else {}
+    )
+    table = DeltaTable(uri, storage_options=options or None).to_pyarrow_dataset()
+    return table.filter(
+        (ds.field("kbp_pipeline") == pipeline_name) & (ds.field("kbp_batch_id") == int(batch["batch_id"]))
     )

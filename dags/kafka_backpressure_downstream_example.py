@@ -3,9 +3,10 @@
 For every pipeline of the pipelines file (``$KBP_PIPELINES_FILE``, else ``pipelines.json`` beside
 this file) it builds ``kbp_downstream_<pipeline>``, scheduled on the pipeline's sink Asset with a
 ``PartitionedAssetTimetable``: the ingest and replay tasks emit one event per committed batch with
-the batch id as partition key, and Airflow creates one run per key. The task reads the batch's
-output directory (``extra["batches"][key]["output_path"]``) and checks it against the event's
-ranges. Copy this file into your DAGs folder and replace ``read_batch`` with your own processing.
+the batch id as partition key, and Airflow creates one run per key. The task reads exactly that
+batch without Spark (``batch_dataset``: the batch's Parquet directory, or its rows of a Delta
+table, read with ``deltalake``, the ``delta`` extra) and reports it with the event's ranges. Copy
+this file into your DAGs folder and replace ``read_batch`` with your own processing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, PartitionedAssetTimetable, task
 
-from airflow_kafka_backpressure.assets import sink_asset, triggering_batch
+from airflow_kafka_backpressure.assets import batch_dataset, sink_asset, triggering_batch
 from airflow_kafka_backpressure.pipeline import PIPELINES_FILE_ENV, load_pipelines
 
 
@@ -32,11 +33,8 @@ def build_downstream_dag(pipeline) -> DAG:
 
         @task
         def read_batch(**context) -> dict:
-            import pyarrow.dataset as ds
-
             batch = triggering_batch(context, pipeline)
-            data = ds.dataset(batch["output_path"], format="parquet")
-            rows = data.count_rows()
+            rows = batch_dataset(batch, pipeline.name).count_rows()
             print(f"batch {batch['batch_id']} (replay={batch['replay']}): {rows} rows from {batch['ranges']}")
             return {
                 "batch_id": batch["batch_id"],

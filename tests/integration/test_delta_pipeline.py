@@ -20,6 +20,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_kafka_backpressure.assets import batch_dataset
 from airflow_kafka_backpressure.local.producer import produce
 from airflow_kafka_backpressure.models import TopicPartition
 
@@ -157,6 +158,13 @@ def test_a_delta_pipeline_ingests_fails_replays_and_rewrites_each_record_once(
         sorted(json.dumps(r.to_dict(), sort_keys=True) for r in ledger.batch(2).plan.ranges)
     )
     assert sum(x["records"] for x in commits[-1]["details"]["partitions"]) == 20
+
+    # a downstream task reads a batch's rows without Spark (assets.batch_dataset: deltalake), as the
+    # example DAG does with the batch its sink Asset event names
+    for batch_id, ids in ((1, range(40)), (2, range(40, 60))):
+        event = {"batch_id": batch_id, "output_path": table.sink, "sink_format": "delta"}
+        rows = batch_dataset(event, p.name).to_table(columns=["value"]).column("value").to_pylist()
+        assert sorted(json.loads(v)["id"] for v in rows) == list(ids)
 
 
 def test_a_delta_batch_written_but_not_marked_is_adopted_without_writing_again(
