@@ -289,6 +289,24 @@ class Standalone:
         """The ``airflow scheduler`` processes of this installation (a dead one is not listed)."""
         return [p for p in self.processes() if cmdline(p).endswith(" scheduler")]
 
+    def kill_schedulers(self, timeout_s: float = 30.0) -> list[int]:
+        """SIGKILL every scheduler of this installation and wait until each has exited; their PIDs.
+        A scheduler started in place of a dead one is this process's child: it is reaped here, else
+        it would count as running (``Popen.poll()``) for as long as the kill takes to land."""
+        killed = self.schedulers()
+        for proc in killed:
+            proc.send_signal(signal.SIGKILL)
+        pids = {proc.pid for proc in killed}
+        for child in self.replacement_schedulers:
+            if child.pid in pids:
+                child.wait(timeout=timeout_s)
+        _, alive = psutil.wait_procs(killed, timeout=timeout_s)
+        if alive:
+            raise HarnessError(
+                f"schedulers still running {timeout_s:.0f} s after SIGKILL: {[p.pid for p in alive]}"
+            )
+        return sorted(pids)
+
     def scheduler_running(self) -> bool:
         """Whether this installation's scheduler (the standalone's, or the last one started in its
         place) is alive and its loop has not ended."""

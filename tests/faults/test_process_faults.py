@@ -82,10 +82,7 @@ def test_sigkill_of_the_scheduler_mid_batch_costs_no_record(rig):
     rig.start(p)
     app = f"kbp-{p.name}-batch-"
     in_flight = rig.wait_for_spark(p)
-    schedulers = rig.standalone.schedulers()
-    assert schedulers, "no airflow scheduler process found"
-    for s in schedulers:
-        s.send_signal(signal.SIGKILL)
+    assert rig.standalone.kill_schedulers(), "no airflow scheduler process found"
     assert rig.standalone.revive_scheduler(), "the killed scheduler still counts as running"
     rig.produce(p, 100, 300)
     # the new scheduler's tasks run in its own session: the harness must still see their drivers
