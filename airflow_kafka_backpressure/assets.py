@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -155,8 +156,6 @@ def batch_dataset(batch: Mapping[str, Any], pipeline_name: str) -> Any:
             f"batch {batch.get('batch_id')} is in the Delta table {path}: reading it without Spark needs "
             "the deltalake package (pip install 'airflow-provider-kafka-backpressure[delta]')"
         ) from None
-    import os
-
     uri = "s3://" + path.split("://", 1)[1] if path.startswith(("s3a://", "s3n://")) else path
     options = (
         {"AWS_ALLOW_HTTP": "true"} if os.environ.get("AWS_ENDPOINT_URL", "").startswith("http://") else {}

@@ -7,7 +7,7 @@
     python -m airflow_kafka_backpressure.local produce --bootstrap 127.0.0.1:19092 --topic demo-events \\
         --partitions 4 [--count N | --rate R] [--properties-file client.json] [--replication-factor N]
     python -m airflow_kafka_backpressure.local tls --dir DIR --host kafka-1 [--host …] [--owner-uid UID]
-    python -m airflow_kafka_backpressure.local kafka-user --admin-bootstrap H:P --bootstrap H:P[,…] \
+    python -m airflow_kafka_backpressure.local kafka-user --admin-bootstrap H:P --bootstrap H:P[,…] \\
         --ca ca.pem --username NAME --properties-file client.json
 
 ``broker`` runs Apache Kafka (KRaft, one node; jars fetched from Maven Central once) in the
