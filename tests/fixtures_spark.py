@@ -323,12 +323,16 @@ def spark_standalone() -> Iterator[StandaloneCluster]:
 @pytest.fixture(scope="session")
 def spark_connect(spark_kafka_connector: str) -> Iterator[object]:
     """A Spark Connect server (``local[2]``) on 127.0.0.1 and a free port, for the whole session:
-    the connect engine's embedded default (:class:`~airflow_kafka_backpressure.local.spark_connect.SparkConnectServer`).
-    Stopped (its whole process group) at the end."""
+    the connect engine's embedded default (:class:`~airflow_kafka_backpressure.local.spark_connect.SparkConnectServer`),
+    with Spark's Kafka connector (the session's spark-defaults) and Delta Lake's jars and SQL
+    extension (``local spark-connect --delta``; on the JVM's class path, so the defaults'
+    ``spark.jars`` stays as it is), for the Delta sink on the connect engine. Stopped (its whole
+    process group) at the end."""
     import uuid
 
+    from airflow_kafka_backpressure.local.jars import spark_delta_conf
     from airflow_kafka_backpressure.local.spark_connect import SparkConnectServer
     from tests.local_servers import served
 
     root = _TMP_ROOT / f"spark-connect-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    yield from served(SparkConnectServer(root), root)
+    yield from served(SparkConnectServer(root, conf=spark_delta_conf(jars="extraClassPath")), root)

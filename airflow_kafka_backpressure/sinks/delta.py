@@ -24,7 +24,11 @@ table's last :attr:`DeltaSink.recent_commits` commits, where it is unless other 
 many times meanwhile or Delta skipped the write; else in the whole history): written by
 this attempt (now or by an earlier try of it) is success; by a newer attempt raises
 :class:`~.base.SinkFenced`; a row count other than ``expected_records`` raises
-:class:`~.base.SinkFormatError` (the commit stays until a newer attempt replaces it).
+:class:`~.base.SinkFormatError` (the commit stays until a newer attempt replaces it). Delta checks
+the app id's version when the write starts; a zombie attempt whose write started before a newer
+attempt committed is refused at its own commit instead, by Delta's conflict check (the winner set the
+same app id's version and added rows the ``replaceWhere`` read): that refusal, when a newer attempt
+of the batch has committed, raises :class:`~.base.SinkFenced` too.
 
 Needs the Delta jars and SQL extension on the session (``local.jars.spark_delta_conf``); works on
 any path Spark's writer takes: a local path, ``s3a://`` with hadoop-aws. Concurrent writers: on a
@@ -82,6 +86,34 @@ def _is_missing_table(error: Exception) -> bool:
     )
 
 
+#: Delta's refusals of a transaction because another one committed since it read the table: the
+#: error classes of ``io.delta.exceptions``' ``DeltaConcurrentModificationException`` subclasses
+#: (a concurrent append, delete or transaction of the same app id; the table created, or its
+#: metadata or protocol changed, meanwhile).
+_CONCURRENT_ERRORS = (
+    "DELTA_CONCURRENT_",
+    "DELTA_METADATA_CHANGED",
+    "DELTA_PROTOCOL_CHANGED",
+    "io.delta.exceptions.",
+    "DeltaConcurrentModificationException",
+)
+
+
+def _is_concurrent_commit(error: Exception) -> bool:
+    """Delta refused the transaction because another one committed since it read the table
+    (:data:`_CONCURRENT_ERRORS`), in classic PySpark (py4j's text of the JVM exception) and over
+    Spark Connect (the error class in the message)."""
+    text = f"{type(error).__name__}: {error}"
+    return any(marker in text for marker in _CONCURRENT_ERRORS)
+
+
+def _fenced(where: str, attempt: int, newer: BatchCommit) -> str:
+    return (
+        f"{where}: attempt {attempt} was refused, attempt {newer.attempt} has committed the batch "
+        f"(table version {newer.version}); this attempt is stale and must not be recorded"
+    )
+
+
 class DeltaSink(SinkFormat):
     name: ClassVar[str] = "delta"
     #: How many of the table's newest commits a write's read-back looks at before the whole history:
@@ -129,30 +161,37 @@ class DeltaSink(SinkFormat):
         rows = df.withColumn(PIPELINE_COLUMN, F.lit(pipeline)).withColumn(
             BATCH_COLUMN, F.lit(int(batch_id)).cast("long")
         )
-        (
-            rows.write.format("delta")
-            .mode("overwrite")
-            .option("replaceWhere", batch_predicate(pipeline, batch_id))
-            .option("txnAppId", app_id(pipeline, batch_id))
-            .option("txnVersion", str(int(attempt)))
-            .option("userMetadata", json.dumps(metadata, sort_keys=True))
-            .save(sink)
-        )
+        where = f"Delta table {sink}, batch {batch_id} of pipeline {pipeline!r}"
+        try:
+            (
+                rows.write.format("delta")
+                .mode("overwrite")
+                .option("replaceWhere", batch_predicate(pipeline, batch_id))
+                .option("txnAppId", app_id(pipeline, batch_id))
+                .option("txnVersion", str(int(attempt)))
+                .option("userMetadata", json.dumps(metadata, sort_keys=True))
+                .save(sink)
+            )
+        except Exception as e:
+            if not _is_concurrent_commit(e):
+                raise
+            # another writer committed while this one wrote: Delta's conflict check refused this
+            # transaction. A newer attempt of the batch is the expected one (a zombie's late commit)
+            newer = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
+            if newer is not None and newer.attempt > attempt:
+                raise SinkFenced(_fenced(where, attempt, newer)) from e
+            raise
         commit = self.committed(
             spark, sink, pipeline=pipeline, batch_id=batch_id, within_last=self.recent_commits
         )
         if commit is None:  # not among the newest: Delta skipped the write, or other writers committed since
             commit = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
-        where = f"Delta table {sink}, batch {batch_id} of pipeline {pipeline!r}"
         if commit is None:
             raise SinkFormatError(
                 f"{where}: attempt {attempt} wrote, but the table's history has no commit of the batch"
             )
         if commit.attempt > attempt:
-            raise SinkFenced(
-                f"{where}: attempt {attempt} was refused, attempt {commit.attempt} has committed the batch "
-                f"(table version {commit.version}); this attempt is stale and must not be recorded"
-            )
+            raise SinkFenced(_fenced(where, attempt, commit))
         if commit.attempt < attempt:
             raise SinkFormatError(
                 f"{where}: attempt {attempt} did not land, the newest commit of the batch is attempt {commit.attempt}'s "

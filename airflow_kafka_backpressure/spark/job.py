@@ -194,6 +194,12 @@ def _spark_failure(e: Exception) -> str:
         for line in lines:
             if marker in line:
                 return line[line.index(marker) :].strip()
+    if lines and lines[0].startswith("An error occurred while calling"):
+        # py4j's wrapper of a JVM exception that pyspark does not convert (Delta's, say): the
+        # exception is on the next line, ": <class>: <message>"
+        for line in lines[1:]:
+            if line.startswith(": "):
+                return line[2:].strip()
     return lines[0] if lines else type(e).__name__
 
 

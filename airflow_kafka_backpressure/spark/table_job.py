@@ -25,7 +25,7 @@ from airflow_kafka_backpressure.models import BatchMetrics, JobSpec, PartitionCo
 from airflow_kafka_backpressure.sinks import BatchCommit, SinkFormatError, sink_format_for
 from airflow_kafka_backpressure.spark.bounds import check_bounds
 from airflow_kafka_backpressure.spark.errors import JobError
-from airflow_kafka_backpressure.spark.job import _now_ms, apply_transform
+from airflow_kafka_backpressure.spark.job import _now_ms, _spark_failure, apply_transform
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def run_table_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     except Exception as e:
         raise JobError(
             f"{where} failed while reading {', '.join(str(r) for r in plan.ranges if r.count > 0) or 'nothing'} "
-            f"(reader={reader}) or committing: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            f"(reader={reader}) or committing: {type(e).__name__}: {_spark_failure(e)}"
         ) from e
     return _metrics(spec, commit, read_started_at_ms, adopted=False)
 

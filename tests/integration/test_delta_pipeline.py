@@ -11,6 +11,7 @@ replayed (``add`` minus ``remove``) and the live Parquet files read with pyarrow
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -122,13 +123,38 @@ def batch_commits(table: Table) -> list[dict]:
 def test_a_delta_pipeline_ingests_fails_replays_and_rewrites_each_record_once(
     kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table
 ):
+    make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
+    ingests_fails_replays_and_rewrites(make, table.spark_conf, table, kafka_broker, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("table", ["local"], indirect=True)
+def test_a_delta_pipeline_on_the_connect_engine_ingests_fails_replays_and_rewrites_each_record_once(
+    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table, spark_connect
+):
+    """The same on the connect engine: the Spark Connect server carries Delta's jars and SQL
+    extension (``local spark-connect --delta``), so the pipeline sets no Spark settings of its own."""
+    make = af.pipeline_maker(
+        monkeypatch,
+        kafka_broker.bootstrap,
+        topic_name,
+        tmp_path,
+        connect_url=spark_connect.url,
+        engine="connect",
+    )
+    ingests_fails_replays_and_rewrites(make, {}, table, kafka_broker, tmp_path, monkeypatch)
+
+
+def ingests_fails_replays_and_rewrites(
+    make, spark_conf, table: Table, kafka_broker, tmp_path, monkeypatch
+) -> None:
+    """A failed batch, its replay, the next batch and a cleared run's rewrite, each record once in the
+    table; the commits' metadata; a downstream read of each batch."""
     flag = tmp_path / "fail-now"
     monkeypatch.setenv("KBP_TEST_FAIL_FLAG", str(flag))
-    make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
     p, ledger = make(
         sink=table.sink,
         sink_format="delta",
-        spark_conf=table.spark_conf,
+        spark_conf=spark_conf,
         transform="tests.integration.e2e_transforms:fail_while_flagged",
         replay_interval_s=20,
     )
@@ -222,15 +248,116 @@ def test_killing_a_delta_batchs_task_commits_nothing_and_the_replay_lands_it_onc
     assert result.get("killed_at"), "the batch's UDF never started: nothing was killed"
     assert run.task_states["ingest"] == "failed", run.task_states
     check_stopped("submit", None, watch, held_pids(flag))
+    replayed_once_after_the_stop(make, fields, flag, kafka_broker, table, "killed")
+
+
+@pytest.mark.parametrize("table", ["local"], indirect=True)
+def test_a_delta_batch_over_its_timeout_commits_nothing_and_the_replay_lands_it_once(
+    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table
+):
+    """The batch's Spark job held in a UDF past the pipeline's ``batch_timeout_s``: the job is
+    stopped, no transaction reaches the table, the batch is failed as timed out; the replay lands it
+    once. (On the local table only: the stop is the kill's path, tested on both above.)"""
+    from .test_batch_stop import HOLD, ProcessWatch, check_stopped, held_pids
+
+    flag = tmp_path / "hold"
+    monkeypatch.setenv("KBP_TEST_HOLD_FLAG", str(flag))
+    make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
+    fields = dict(sink=table.sink, sink_format="delta", spark_conf=table.spark_conf, replay_interval_s=20)
+    p, ledger = make(transform=HOLD, batch_timeout_s=45, **fields)
+    produce(kafka_broker.bootstrap, topic_name, count=120, partitions=4)
+    flag.touch()
+
+    with ProcessWatch() as watch:
+        run = af.run_dag(p.ingest_dag_id, 0)
+    assert run.task_states["ingest"] == "failed", run.task_states
+    # the timeout may come before the job reaches the UDF on a loaded machine: the stop is checked either way
+    check_stopped("submit", None, watch, held_pids(flag), require_held=False)
+    replayed_once_after_the_stop(make, fields, flag, kafka_broker, table, "timed out after 45 s")
+
+
+def replayed_once_after_the_stop(make, fields: dict, flag, kafka_broker, table: Table, reason: str) -> None:
+    """Batch 1, stopped (``reason`` in its error), committed nothing; once ``flag`` is gone the replay
+    DAG (default timeout) lands it in one transaction, each of the 120 records once."""
+    from .test_batch_stop import HOLD
+
+    p, ledger = make(transform=HOLD, **fields)
     batch = ledger.batch(1)
-    assert batch.status == "failed" and "killed" in batch.error, (batch.status, batch.error)
-    assert batch_commits(table) == []  # no transaction of the killed attempt
+    assert batch.status == "failed" and reason in batch.error, (batch.status, batch.error)
+    assert batch_commits(table) == []  # no transaction of the stopped attempt
 
     flag.unlink()
-    p, ledger = make(name=p.name, transform=HOLD, **fields)
     replay = af.run_dag(p.replay_dag_id, 0)
     assert replay.state == "success", replay.task_states
     assert ledger.batch(1).status == "replayed"
     assert [(c["batch_id"], c["attempt"]) for c in batch_commits(table)] == [(1, 2)]
     assert Counter(json.loads(r["value"])["id"] for r in table_rows(table)) == Counter(range(120))
     assert sum(committed(kafka_broker.bootstrap, p).values()) == 120
+
+
+def test_a_zombie_attempt_of_a_delta_batch_is_refused_after_the_replay_committed_it(
+    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table
+):
+    """Attempt fencing through the DAGs: attempt 1 of a batch (a worker that stopped heartbeating, so
+    its lease ran out) still runs its Spark job, held in a UDF, when the replay DAG takes the batch
+    over and commits it as attempt 2. Attempt 1's job then goes on to its commit: Delta's conflict
+    check refuses it (the winner set the batch's app id to version 2 and added rows its
+    ``replaceWhere`` read) and the sink reports it as fenced. The table keeps batch 1's and attempt
+    2's transactions only, each record once; the ledger keeps the replay's mark; the group is
+    committed. (It also passed with the zombie's batch as the table's first commit, where Delta's
+    refusal is the table created meanwhile.)"""
+    from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
+
+    from .test_batch_stop import HOLD, wait_for_held_udf
+    from .test_replay_reliability import running_by_hand
+
+    flag = tmp_path / "hold"
+    monkeypatch.setenv("KBP_TEST_HOLD_FLAG", str(flag))
+    make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
+    fields = dict(sink=table.sink, sink_format="delta", spark_conf=table.spark_conf, replay_interval_s=20)
+    p, ledger = make(transform=HOLD, **fields)
+    # batch 1 through the ingest DAG (not held: no flag yet): the table exists, as it mostly does
+    produce(kafka_broker.bootstrap, topic_name, count=40, partitions=4)
+    first = af.run_dag(p.ingest_dag_id, 0)
+    assert first.state == "success", first.task_states
+    produce(kafka_broker.bootstrap, topic_name, count=40, partitions=4, start_id=40)
+    zombie = "0badf00d" * 4
+    plan = running_by_hand(p, ledger, zombie, 10, 20)
+    assert (plan.batch_id, ledger.batch(plan.batch_id).attempts) == (2, 1)
+    flag.touch()
+
+    outcome: dict = {}
+
+    def attempt_1() -> None:
+        try:
+            outcome["metrics"] = SparkBatchHook.for_pipeline(p).run(
+                plan, 1, {"bootstrap.servers": kafka_broker.bootstrap}, token=zombie, attempt=1
+            )
+        except Exception as e:  # what the operator would see
+            outcome["error"] = e
+
+    worker = threading.Thread(target=attempt_1, daemon=True)
+    worker.start()
+    assert wait_for_held_udf(flag), "attempt 1's job never reached the batch's rows"
+    ledger.renew_lease(plan.batch_id, zombie, 1)  # ... and its worker stopped heartbeating
+    time.sleep(0.05)
+
+    p, ledger = make(name=p.name, **fields)  # the replay's job is not held
+    r = af.run_dag(p.replay_dag_id, 0)
+    assert r.state == "success", r.task_states
+    assert [(x["batch_id"], x["records"], x["adopted"]) for x in r.xcoms["replay"]] == [
+        (plan.batch_id, 40, False)
+    ]
+    assert [(c["batch_id"], c["attempt"]) for c in batch_commits(table)] == [(1, 1), (2, 2)]
+
+    flag.unlink()  # attempt 1's job goes on to its commit
+    worker.join(600)
+    assert not worker.is_alive(), "attempt 1's job did not end"
+    assert "metrics" not in outcome, f"the stale attempt succeeded: {outcome.get('metrics')}"
+    error = str(outcome["error"])
+    assert "attempt 1 was refused, attempt 2 has committed the batch" in error, error
+    assert [(c["batch_id"], c["attempt"]) for c in batch_commits(table)] == [(1, 1), (2, 2)]
+    assert Counter(json.loads(r["value"])["id"] for r in table_rows(table)) == Counter(range(80))
+    batch = ledger.batch(plan.batch_id)
+    assert (batch.status, batch.attempts, batch.records) == ("replayed", 2, 40)
+    assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic_name, q): 20 for q in range(4)}

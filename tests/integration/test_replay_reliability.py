@@ -165,21 +165,28 @@ def write_without_mark(p: PipelineConfig, ledger: Ledger, bootstrap: str, token:
     from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
 
     ledger.upgrade()  # what the DAG's tasks do on first use
-    topic = p.topics[0]
-    produce(bootstrap, topic, count=40, partitions=4)
+    produce(bootstrap, p.topics[0], count=40, partitions=4)
+    plan = running_by_hand(p, ledger, token, 0, 10)
+    metrics = SparkBatchHook.for_pipeline(p).run(
+        plan, 1, {"bootstrap.servers": bootstrap}, token=token, attempt=ledger.batch(plan.batch_id).attempts
+    )
+    return plan, metrics
+
+
+def running_by_hand(p: PipelineConfig, ledger: Ledger, token: str, start: int, end: int):
+    """A batch of offsets [start, end) of each of the 4 partitions of the pipeline's topic,
+    planned and marked running under attempt ``token`` (attempt 1, an hour's lease) as a worker's
+    plan and ingest tasks would; the plan."""
     plan = ledger.record_plan(
         p.name,
-        "manual__dead-worker",
-        [OffsetRange(topic, q, 0, 10) for q in range(4)],
+        f"manual__{token[:8]}",
+        [OffsetRange(p.topics[0], q, start, end) for q in range(4)],
         p.sink,
         p.batch_interval_ms,
         int(time.time() * 1000),
     )
-    row = ledger.mark_running(plan.batch_id, executors=1, token=token, lease_ms=3_600_000)
-    metrics = SparkBatchHook.for_pipeline(p).run(
-        plan, 1, {"bootstrap.servers": bootstrap}, token=token, attempt=row.attempts
-    )
-    return plan, metrics
+    ledger.mark_running(plan.batch_id, executors=1, token=token, lease_ms=3_600_000)
+    return plan
 
 
 def written_not_marked(make_pipeline, kafka_broker, token: str, **fields):

@@ -163,3 +163,37 @@ def test_arrow_schema_is_what_spark_expects_for_the_kafka_schema():
     # The Python Data Source runner converts with timezone="UTC" and compares with .equals().
     assert to_arrow_schema(KAFKA_SCHEMA, timezone="UTC").equals(KAFKA_ARROW_SCHEMA)
     assert all(f.nullable for f in KAFKA_SCHEMA.fields)  # as in Spark's Kafka source
+
+
+# --------------------------------------------------------------------------- error texts
+
+
+def test_a_jvm_exception_py4j_wraps_is_named_by_its_own_line():
+    """pyspark leaves JVM exceptions it does not know (Delta's) as py4j's error, whose first line
+    names only the call: the batch's error names the JVM exception instead."""
+    from airflow_kafka_backpressure.spark.job import _spark_failure
+
+    text = (
+        "An error occurred while calling o96.save.\n"
+        ": io.delta.exceptions.ProtocolChangedException: [DELTA_PROTOCOL_CHANGED] ProtocolChangedException: "
+        "The protocol version of the Delta table has been changed by a concurrent update.\n"
+        "\tat org.apache.spark.sql.delta.ConflictChecker.checkProtocolCompatibility(ConflictChecker.scala:301)\n"
+    )
+    assert _spark_failure(RuntimeError(text)).startswith(
+        "io.delta.exceptions.ProtocolChangedException: [DELTA_"
+    )
+    assert _spark_failure(RuntimeError("plain failure\nmore")) == "plain failure"
+
+
+def test_deltas_refusals_of_a_concurrent_commit_are_told_from_other_failures():
+    from airflow_kafka_backpressure.sinks.delta import _is_concurrent_commit
+
+    for text in (
+        ": io.delta.exceptions.ConcurrentAppendException: [DELTA_CONCURRENT_APPEND] Files were added",
+        "[DELTA_METADATA_CHANGED] MetadataChangedException: The metadata of the Delta table has been changed",
+        "[DELTA_CONCURRENT_TRANSACTION] ConcurrentTransactionException: This error occurs when",
+        "[DELTA_PROTOCOL_CHANGED] ProtocolChangedException: The protocol version",
+    ):
+        assert _is_concurrent_commit(RuntimeError(text)), text
+    for text in ("[DELTA_MISSING_DELTA_TABLE] is not a Delta table", "java.io.IOException: No space left"):
+        assert not _is_concurrent_commit(RuntimeError(text)), text
