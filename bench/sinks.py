@@ -21,12 +21,19 @@ gateway on 127.0.0.1, :class:`~airflow_kafka_backpressure.local.s3.S3Server`):
   after the other into a fresh sink of each format (``--history-locations``, default local); when
   the sink holds each checkpoint's number of batches (``--history``, default 10,100), ``--samples``
   more commits are timed and their median printed, then the ratio of the last checkpoint's to the
-  first's. A commit whose cost does not grow with the sink's history gives a ratio near 1. The
-  issue's 10 vs 10,000 batches: ``--history 10,10000`` (about half a day on a 2-core machine: a
-  Delta commit of a small batch takes seconds there; ``--conf`` passes Spark settings to compare).
+  first's. A commit whose cost does not grow with the sink's history gives a ratio near 1.
+  ``--prefill`` (local sinks) fills the history between checkpoints without Spark, so 10,000
+  batches take minutes instead of half a day (a Delta commit of a small batch takes seconds on a
+  2-core machine): the first batch is committed through the product's path (it creates the
+  table), every later one up to the checkpoint is a copy of it with its own batch id, offsets and
+  metadata — for the Parquet directory a ``batch_id=<N>`` folder with its manifest, for Delta one
+  table version per batch with what the product's commit holds (its data files, its ``add``
+  actions with their statistics, its ``txnAppId``/``txnVersion`` and ``userMetadata``), written
+  into the log directly, then a checkpoint (delta-rs) as Spark keeps one (:func:`prefill_delta`).
+  One untimed product commit follows each prefill (Spark reads the new log), then the timed ones. ``--conf`` passes Spark settings to compare.
 
     .venv/bin/python bench/sinks.py                                  # 1M records; history 10 → 100
-    .venv/bin/python bench/sinks.py --history 10,10000 --skip-throughput
+    .venv/bin/python bench/sinks.py --history 10,10000 --prefill --skip-throughput
     .venv/bin/python bench/sinks.py --records 100000 --repeat 1 --history 10,50   # a quick look
 """
 
@@ -163,21 +170,143 @@ def history(spark: Any, args: argparse.Namespace, where: dict[str, Callable[[str
         f"commits at {', '.join(map(str, checkpoints))} batches in the sink"
     )
     for loc in args.history_locations.split(","):
-        for fmt in ("parquet", "delta"):
+        for fmt in args.history_formats.split(","):
             if fmt == "parquet" and loc == "s3":
                 continue  # refused by the pipeline (see the throughput part)
-            medians, line = commit_times(
-                spark, args, writer(fmt, spark, where[loc](f"history-{fmt}")), checkpoints
-            )
+            sink = where[loc](f"history-{fmt}")
+            fill = PREFILL[fmt] if args.prefill and loc == "local" else None
+            medians, line = commit_times(spark, args, writer(fmt, spark, sink), checkpoints, sink, fill)
             ratio = medians[-1] / medians[0]
-            print(f"  {fmt + ' ' + loc:<14} " + ", ".join(line) + f"; last/first {ratio:.2f}x")
+            how = ", history prefilled" if fill else ""
+            print(f"  {fmt + ' ' + loc:<14} " + ", ".join(line) + f"; last/first {ratio:.2f}x{how}")
+
+
+def batch_ranges(batch_id: int, rows: int) -> list[OffsetRange]:
+    """The ranges of :func:`kafka_rows`'s batch of ``rows`` rows that starts at offset ``batch_id * rows``."""
+    per = -(-rows // PARTITIONS)
+    first = batch_id * rows
+    return [
+        OffsetRange(TOPIC, p, first, first + min(per, rows - p * per))
+        for p in range(PARTITIONS)
+        if rows > p * per
+    ]
+
+
+def prefill_parquet(sink: str, start: int, stop: int, rows: int) -> None:
+    """Batches ``start`` … ``stop - 1`` of the Parquet directory: copies of batch 0's committed
+    folder, each with its own manifest (batch id, ranges)."""
+    import json
+
+    root = Path(sink)
+    template = root / parquet_sink.batch_dir_name(0)
+    manifest = json.loads((template / "_manifest.json").read_text())
+    for batch_id in range(start, stop):
+        target = root / parquet_sink.batch_dir_name(batch_id)
+        shutil.copytree(template, target)
+        manifest.update(batch_id=batch_id, ranges=[r.to_dict() for r in batch_ranges(batch_id, rows)])
+        (target / "_manifest.json").write_text(json.dumps(manifest))
+
+
+def prefill_delta(sink: str, start: int, stop: int, rows: int) -> None:
+    """Batches ``start`` … ``stop - 1`` of the Delta table, one log entry (table version) each with
+    what the product's commit of the batch holds, copied from batch 0's (the first, written by
+    Spark): for each of its data files a Parquet file of the batch's rows (batch 0's with the batch's
+    id and offsets) and its ``add`` action with the file's statistics, the batch's
+    ``txn`` (``txnAppId`` of the batch, ``txnVersion`` 1) and a ``commitInfo`` with its
+    ``userMetadata``; then one checkpoint (delta-rs) at the last version, as Spark keeps one every 10
+    commits. Written straight into ``_delta_log`` (one file per version, as Delta commits): a writer
+    that goes through a Delta library pays for the table's state at every commit (delta-rs took
+    30 ms a commit at 500 versions and 220 ms at 2,000, growing on)."""
+    import json
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    from airflow_kafka_backpressure.sinks.delta import BATCH_COLUMN, app_id
+
+    log_dir = Path(sink) / "_delta_log"
+    versions = sorted(int(f.name.split(".")[0]) for f in log_dir.glob("*.json"))
+    first = [json.loads(line) for line in (log_dir / f"{0:020d}.json").read_text().splitlines() if line]
+    adds = [a["add"] for a in first if "add" in a]
+    commit_info = next(a["commitInfo"] for a in first if "commitInfo" in a)
+    templates = [(pq.read_table(Path(sink) / a["path"]), json.loads(a["stats"])) for a in adds]
+    version = versions[-1]
+    for batch_id in range(start, stop):
+        version += 1
+        now_ms = int(time.time() * 1000)
+        shift = batch_id * rows
+        actions: list[dict[str, Any]] = []
+        for data, stats in templates:
+            batch_col = data.schema.get_field_index(BATCH_COLUMN)
+            offset_col = data.schema.get_field_index("offset")
+            out = data.set_column(
+                batch_col, data.schema.field(batch_col), pa.array([batch_id] * data.num_rows, pa.int64())
+            ).set_column(
+                offset_col,
+                data.schema.field(offset_col),
+                pc.add(data.column(offset_col), pa.scalar(shift, data.schema.field(offset_col).type)),
+            )
+            name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+            pq.write_table(out, Path(sink) / name, compression="snappy")
+            file_stats = json.loads(json.dumps(stats))
+            for bound in ("minValues", "maxValues"):
+                file_stats[bound][BATCH_COLUMN] = batch_id
+                file_stats[bound]["offset"] = stats[bound]["offset"] + shift
+            add = {
+                "path": name,
+                "partitionValues": {},
+                "size": (Path(sink) / name).stat().st_size,
+                "modificationTime": now_ms,
+                "dataChange": True,
+                "stats": json.dumps(file_stats),
+            }
+            actions.append({"add": add})
+        metadata = {
+            "kbp": 1,
+            "pipeline": PIPELINE,
+            "batch_id": batch_id,
+            "attempt": 1,
+            "ranges": [r.to_dict() for r in batch_ranges(batch_id, rows)],
+            "expected_records": rows,
+            "details": {},
+        }
+        info = {
+            **commit_info,
+            "timestamp": now_ms,
+            "readVersion": version - 1,
+            "userMetadata": json.dumps(metadata, sort_keys=True),
+            "txnId": str(uuid.uuid4()),
+        }
+        entries = [
+            {"commitInfo": info},
+            {"txn": {"appId": app_id(PIPELINE, batch_id), "version": 1, "lastUpdated": now_ms}},
+            *actions,
+        ]
+        with open(log_dir / f"{version:020d}.json", "x") as f:  # "x": as Delta, never over an entry
+            f.write("".join(json.dumps(e) + "\n" for e in entries))
+    DeltaTable(sink).create_checkpoint()
+
+
+PREFILL: dict[str, Callable[[str, int, int, int], None]] = {
+    "parquet": prefill_parquet,
+    "delta": prefill_delta,
+}
 
 
 def commit_times(
-    spark: Any, args: argparse.Namespace, write: Callable[..., None], checkpoints: list[int]
+    spark: Any,
+    args: argparse.Namespace,
+    write: Callable[..., None],
+    checkpoints: list[int],
+    sink: str,
+    prefill: Callable[[str, int, int, int], None] | None = None,
 ) -> tuple[list[float], list[str]]:
-    """Commit small batches one after the other; at each checkpoint the median of ``--samples``
-    more commits (seconds), and the checkpoints' descriptions."""
+    """Commit small batches one after the other (``prefill``: the first through ``write``, the
+    rest up to each checkpoint by ``prefill``, then one untimed ``write``); at each checkpoint the
+    median of ``--samples`` more commits (seconds), and the checkpoints' descriptions."""
     medians: list[float] = []
     line: list[str] = []
     batch_id = 0
@@ -191,6 +320,11 @@ def commit_times(
         return time.perf_counter() - t0
 
     for checkpoint in checkpoints:
+        if prefill is not None and checkpoint - 1 > batch_id:
+            if batch_id == 0:
+                one()
+            prefill(sink, batch_id, checkpoint - 1, args.small_records)
+            batch_id = checkpoint - 1
         while batch_id < checkpoint:
             one()
         medians.append(statistics.median(one() for _ in range(args.samples)))
@@ -206,7 +340,13 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--history", default="10,100", help="batches in the sink at which commits are timed")
     ap.add_argument("--history-locations", default="local", help="comma-separated: local, s3")
+    ap.add_argument("--history-formats", default="parquet,delta", help="comma-separated: parquet, delta")
     ap.add_argument("--small-records", type=int, default=100)
+    ap.add_argument(
+        "--prefill",
+        action="store_true",
+        help="fill the history of local sinks between checkpoints without Spark (see the module doc)",
+    )
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-history", action="store_true")
