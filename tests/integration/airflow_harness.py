@@ -174,6 +174,13 @@ def pipeline_maker(
     return make
 
 
+def engine_pipeline_maker(request, engine: str, monkeypatch, bootstrap: str, topic: str, tmp_path: Path):
+    """:func:`pipeline_maker` for ``engine``: ``connect`` on the session's Spark Connect server (the
+    ``spark_connect`` fixture, started on first use), ``submit`` on ``local[2]``."""
+    connect_url = request.getfixturevalue("spark_connect").url if engine == "connect" else None
+    return pipeline_maker(monkeypatch, bootstrap, topic, tmp_path, connect_url=connect_url, engine=engine)
+
+
 def spec_dag_source(dag_id: str, spec_env: str, imports: str, tasks: str) -> str:
     """The text of a DAG file for ``dag_id`` whose tasks are built from the JSON in env ``spec_env``
     (as ``spec``); the DAG exists only while that variable is set, so tests can vary it per run."""

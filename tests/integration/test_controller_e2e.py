@@ -56,15 +56,10 @@ def airflow_db():
 
 
 def test_cost_mode_settles_the_processing_ratio_at_its_target(
-    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, spark_connect
+    request, kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db
 ):
-    make = af.pipeline_maker(
-        monkeypatch,
-        kafka_broker.bootstrap,
-        topic_name,
-        tmp_path,
-        connect_url=spark_connect.url,
-        engine="connect",
+    make = af.engine_pipeline_maker(
+        request, "connect", monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path
     )
     p, ledger = make(
         batch_interval_s=INTERVAL_S, transform="tests.integration.e2e_transforms:cost_per_record"

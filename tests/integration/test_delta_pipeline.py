@@ -120,41 +120,25 @@ def batch_commits(table: Table) -> list[dict]:
     return out
 
 
+@pytest.mark.parametrize(
+    "engine, table", [("submit", "local"), ("submit", "s3"), ("connect", "local")], indirect=["table"]
+)
 def test_a_delta_pipeline_ingests_fails_replays_and_rewrites_each_record_once(
-    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table
+    request, engine, kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table
 ):
-    make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
-    ingests_fails_replays_and_rewrites(make, table.spark_conf, table, kafka_broker, tmp_path, monkeypatch)
-
-
-@pytest.mark.parametrize("table", ["local"], indirect=True)
-def test_a_delta_pipeline_on_the_connect_engine_ingests_fails_replays_and_rewrites_each_record_once(
-    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table, spark_connect
-):
-    """The same on the connect engine: the Spark Connect server carries Delta's jars and SQL
-    extension (``local spark-connect --delta``), so the pipeline sets no Spark settings of its own."""
-    make = af.pipeline_maker(
-        monkeypatch,
-        kafka_broker.bootstrap,
-        topic_name,
-        tmp_path,
-        connect_url=spark_connect.url,
-        engine="connect",
-    )
-    ingests_fails_replays_and_rewrites(make, {}, table, kafka_broker, tmp_path, monkeypatch)
-
-
-def ingests_fails_replays_and_rewrites(
-    make, spark_conf, table: Table, kafka_broker, tmp_path, monkeypatch
-) -> None:
     """A failed batch, its replay, the next batch and a cleared run's rewrite, each record once in the
-    table; the commits' metadata; a downstream read of each batch."""
+    table; the commits' metadata; a downstream read of each batch. On the connect engine the Spark
+    Connect server carries Delta's jars and SQL extension (``local spark-connect --delta``), so the
+    pipeline sets no Spark settings of its own."""
     flag = tmp_path / "fail-now"
     monkeypatch.setenv("KBP_TEST_FAIL_FLAG", str(flag))
+    make = af.engine_pipeline_maker(
+        request, engine, monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path
+    )
     p, ledger = make(
         sink=table.sink,
         sink_format="delta",
-        spark_conf=spark_conf,
+        spark_conf=table.spark_conf if engine == "submit" else {},
         transform="tests.integration.e2e_transforms:fail_while_flagged",
         replay_interval_s=20,
     )
@@ -232,10 +216,7 @@ def test_killing_a_delta_batchs_task_commits_nothing_and_the_replay_lands_it_onc
     DAG lands it in one transaction, each record once."""
     from .test_batch_stop import HOLD, ProcessWatch, check_stopped, held_pids, kill_task_when_held
 
-    flag = tmp_path / "hold"
-    monkeypatch.setenv("KBP_TEST_HOLD_FLAG", str(flag))
-    make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
-    fields = dict(sink=table.sink, sink_format="delta", spark_conf=table.spark_conf, replay_interval_s=20)
+    make, fields, flag = held_delta_pipeline(kafka_broker, topic_name, tmp_path, monkeypatch, table)
     p, ledger = make(transform=HOLD, **fields)
     produce(kafka_broker.bootstrap, topic_name, count=120, partitions=4)
     flag.touch()
@@ -260,10 +241,7 @@ def test_a_delta_batch_over_its_timeout_commits_nothing_and_the_replay_lands_it_
     once. (On the local table only: the stop is the kill's path, tested on both above.)"""
     from .test_batch_stop import HOLD, ProcessWatch, check_stopped, held_pids
 
-    flag = tmp_path / "hold"
-    monkeypatch.setenv("KBP_TEST_HOLD_FLAG", str(flag))
-    make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
-    fields = dict(sink=table.sink, sink_format="delta", spark_conf=table.spark_conf, replay_interval_s=20)
+    make, fields, flag = held_delta_pipeline(kafka_broker, topic_name, tmp_path, monkeypatch, table)
     p, ledger = make(transform=HOLD, batch_timeout_s=45, **fields)
     produce(kafka_broker.bootstrap, topic_name, count=120, partitions=4)
     flag.touch()
@@ -274,6 +252,16 @@ def test_a_delta_batch_over_its_timeout_commits_nothing_and_the_replay_lands_it_
     # the timeout may come before the job reaches the UDF on a loaded machine: the stop is checked either way
     check_stopped("submit", None, watch, held_pids(flag), require_held=False)
     replayed_once_after_the_stop(make, fields, flag, kafka_broker, table, "timed out after 45 s")
+
+
+def held_delta_pipeline(kafka_broker, topic_name, tmp_path, monkeypatch, table: Table):
+    """For the tests that hold a batch's job in a UDF (``test_batch_stop.HOLD``) while the file
+    ``flag`` exists: the pipeline maker (submit engine), the Delta pipeline's fields and ``flag``."""
+    flag = tmp_path / "hold"
+    monkeypatch.setenv("KBP_TEST_HOLD_FLAG", str(flag))
+    make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
+    fields = dict(sink=table.sink, sink_format="delta", spark_conf=table.spark_conf, replay_interval_s=20)
+    return make, fields, flag
 
 
 def replayed_once_after_the_stop(make, fields: dict, flag, kafka_broker, table: Table, reason: str) -> None:
@@ -311,10 +299,7 @@ def test_a_zombie_attempt_of_a_delta_batch_is_refused_after_the_replay_committed
     from .test_batch_stop import HOLD, wait_for_held_udf
     from .test_replay_reliability import running_by_hand
 
-    flag = tmp_path / "hold"
-    monkeypatch.setenv("KBP_TEST_HOLD_FLAG", str(flag))
-    make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
-    fields = dict(sink=table.sink, sink_format="delta", spark_conf=table.spark_conf, replay_interval_s=20)
+    make, fields, flag = held_delta_pipeline(kafka_broker, topic_name, tmp_path, monkeypatch, table)
     p, ledger = make(transform=HOLD, **fields)
     # batch 1 through the ingest DAG (not held: no flag yet): the table exists, as it mostly does
     produce(kafka_broker.bootstrap, topic_name, count=40, partitions=4)

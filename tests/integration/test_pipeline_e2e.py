@@ -64,10 +64,8 @@ CONNECT_ONLY = pytest.mark.parametrize("make_pipeline", ["connect"], indirect=Tr
 
 @pytest.fixture(params=["submit", "connect"])
 def make_pipeline(request, kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
-    engine = request.param
-    connect_url = request.getfixturevalue("spark_connect").url if engine == "connect" else None
-    return af.pipeline_maker(
-        monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, connect_url=connect_url, engine=engine
+    return af.engine_pipeline_maker(
+        request, request.param, monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path
     )
 
 
@@ -270,22 +268,13 @@ def test_the_arrow_writer_ingests_exactly_once_and_a_rerun_rewrites_the_same_bat
     assert sum(committed(kafka_broker.bootstrap, p).values()) == 120
 
 
-def test_a_partition_added_later_is_read_from_its_first_record(
-    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, spark_connect
-):
+@CONNECT_ONLY
+def test_a_partition_added_later_is_read_from_its_first_record(make_pipeline, kafka_broker, topic_name):
     """``starting_offsets="latest"`` is for the topic's first plan: partitions added to it later
     (Kafka's CreatePartitions) are read from their earliest offset, as Spark does."""
     from kafka.admin import KafkaAdminClient, NewPartitions
 
-    make = af.pipeline_maker(
-        monkeypatch,
-        kafka_broker.bootstrap,
-        topic_name,
-        tmp_path,
-        connect_url=spark_connect.url,
-        engine="connect",
-    )
-    p, ledger = make(starting_offsets="latest")
+    p, ledger = make_pipeline(starting_offsets="latest")
     produce(kafka_broker.bootstrap, topic_name, count=40, partitions=4)  # before the first plan: skipped
     assert af.run_dag(p.ingest_dag_id, 0).state == "success"
     produce(kafka_broker.bootstrap, topic_name, count=40, partitions=4, start_id=40)

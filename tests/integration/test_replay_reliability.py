@@ -35,16 +35,11 @@ def airflow_db():
 
 
 @pytest.fixture
-def make_pipeline(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, spark_connect):
+def make_pipeline(request, kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
     # the connect engine: replay and adoption are the same above the hook, and its batches cost a
     # fraction of spark-submit's (the submit engine's replays are in test_batch_stop and the fault suite)
-    return af.pipeline_maker(
-        monkeypatch,
-        kafka_broker.bootstrap,
-        topic_name,
-        tmp_path,
-        connect_url=spark_connect.url,
-        engine="connect",
+    return af.engine_pipeline_maker(
+        request, "connect", monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path
     )
 
 
