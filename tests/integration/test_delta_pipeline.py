@@ -289,8 +289,8 @@ def test_a_zombie_attempt_of_a_delta_batch_is_refused_after_the_replay_committed
     """Attempt fencing through the DAGs: attempt 1 of a batch (a worker that stopped heartbeating, so
     its lease ran out) still runs its Spark job, held in a UDF, when the replay DAG takes the batch
     over and commits it as attempt 2. Attempt 1's job then goes on to its commit: Delta's conflict
-    check refuses it (the winner set the batch's app id to version 2 and added rows its
-    ``replaceWhere`` read) and the sink reports it as fenced. The table keeps batch 1's and attempt
+    check refuses it (the winner set the batch's app id, whose version attempt 1 read, to 2; attempt
+    1 appends) and the sink reports it as fenced. The table keeps batch 1's and attempt
     2's transactions only, each record once; the ledger keeps the replay's mark; the group is
     committed. (It also passed with the zombie's batch as the table's first commit, where Delta's
     refusal is the table created meanwhile.)"""

@@ -217,6 +217,21 @@ def test_a_newer_attempt_replaces_the_batch_rows_and_an_older_one_is_refused(del
     assert [m["attempt"] for m in batch_commits(delta_spark, table, 5) if m["pipeline"] == PIPELINE] == [1, 2]
 
 
+def test_a_first_attempt_appends_and_a_later_one_replaces_the_batch(delta_spark, tmp_path):
+    """Attempt 1 of a batch is a plain append (it reads no data file of the table, so its cost does
+    not grow with the table); a later attempt overwrites with ``replaceWhere`` on the batch."""
+    table = str(tmp_path / "t")
+    write(delta_spark, table, 1, attempt=1, n=4)
+    write(delta_spark, table, 2, attempt=1, n=3)
+    write(delta_spark, table, 2, attempt=2, n=2)
+
+    history = delta_spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
+    modes = [(json.loads(r["userMetadata"])["batch_id"], r["operationParameters"]["mode"]) for r in history]
+    assert modes == [(1, "Append"), (2, "Append"), (2, "Overwrite")]
+    assert "kbp_batch_id = 2" in history[-1]["operationParameters"]["predicate"]
+    assert contents(delta_spark, table) == {(PIPELINE, 1): (4, {1}), (PIPELINE, 2): (2, {2})}
+
+
 def test_what_a_batch_committed_reads_back_from_the_delta_log(delta_spark, tmp_path):
     table = str(tmp_path / "t")
     sink = DeltaSink()
