@@ -22,6 +22,7 @@ from dataclasses import MISSING, Field, fields
 from pathlib import Path
 from typing import Any
 
+from .batch_options import ReaderOptions, SinkOptions, option_rows
 from .config import MAP_KEYS, RULES, ControllerSettings
 from .control.modes import REGISTRY as MODES
 from .pipeline import PipelineConfig
@@ -66,19 +67,31 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+#: Pipeline fields that are typed option sets: their keys follow them as ``<field>.<key>`` rows.
+OPTION_SETS = {"reader_options": ReaderOptions, "sink_options": SinkOptions}
+
+
 def pipeline_rows() -> list[tuple[str, str, str, str, str]]:
-    """(field, type, default, allowed, meaning) of every pipeline field, in declaration order."""
+    """(field, type, default, allowed, meaning) of every pipeline field, in declaration order; the
+    keys of an option set (:data:`OPTION_SETS`) after it."""
     hints = typing.get_type_hints(PipelineConfig)
-    return [
-        (
-            f.name,
-            _type_name(hints[f.name]),
-            _default(f),
-            f.metadata.get("allowed") or _any(hints[f.name]),
-            f.metadata.get("doc", ""),
+    rows = []
+    for f in fields(PipelineConfig):
+        options = OPTION_SETS.get(f.name)
+        if options is not None:
+            rows.append((f.name, "object", "`{}`", f.metadata["allowed"], f.metadata["doc"]))
+            rows += option_rows(options)
+            continue
+        rows.append(
+            (
+                f.name,
+                _type_name(hints[f.name]),
+                _default(f),
+                f.metadata.get("allowed") or _any(hints[f.name]),
+                f.metadata.get("doc", ""),
+            )
         )
-        for f in fields(PipelineConfig)
-    ]
+    return rows
 
 
 def settings_rows() -> list[tuple[str, str, str, str, str, str]]:

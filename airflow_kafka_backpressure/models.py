@@ -349,10 +349,9 @@ class JobSpec:
     ``kafka`` holds librdkafka-style client properties (see :mod:`.kafka.config`); it may hold
     credentials. ``token`` names this attempt (its staging directory in the sink). ``min_partitions``
     is the read parallelism asked for (input partitions; large ranges are split to reach it).
-    ``options``: ``max_records_per_batch`` (rows per Arrow batch of the Python reader),
-    ``writer`` (:data:`WRITERS`), ``parquet_compression``, ``parquet_plain_columns`` (columns
-    written without dictionary encoding; default ``spark.sink.PLAIN_COLUMNS``), and reader options
-    passed through as they are.
+    ``options``: the pipeline's ``reader_options`` and ``sink_options`` as one flat dict
+    (:mod:`.batch_options`: ``client``, ``max_records_per_partition``, ``max_records_per_batch``,
+    ``writer`` (:data:`WRITERS`), ``parquet_compression``, ``parquet_plain_columns``).
     """
 
     plan: BatchPlan

@@ -16,11 +16,13 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .batch_options import ReaderOptions, SinkOptions, split_reader_options
 from .control.allocation import ON_DATA_LOSS, ON_TOPIC_RESET, STARTING_OFFSETS
 from .engines import ENGINES
-from .models import DEFAULT_WRITER, writer_problem
+from .models import writer_problem
+from .sink_placement import sharing_problems
 from .sinks import SINK_FORMAT_NAMES
-from .storage import _SCHEME_ALIASES, is_absolute_location
+from .storage import is_absolute_location
 
 #: Environment variable naming the pipelines file (JSON: a list, or {"pipelines": [...]}).
 PIPELINES_FILE_ENV = "KBP_PIPELINES_FILE"
@@ -126,10 +128,15 @@ class PipelineConfig:
         doc="a batch's Spark work is stopped after this many seconds; null: 5 batch intervals, at least 600 s",
         allowed="> 0 or null",
     )
-    reader_options: dict[str, Any] = _field(
-        factory=dict,
-        doc="reader and sink options: client (auto, confluent, kafka-python), writer (auto, spark, arrow), parquet_compression, parquet_plain_columns, maxRecordsPerPartition, minPartitions",
-        allowed="an object",
+    reader_options: ReaderOptions = _field(
+        factory=ReaderOptions,
+        doc="how the Python reader's tasks read Kafka: a JSON object of the reader_options keys below",
+        allowed="an object of the keys below",
+    )
+    sink_options: SinkOptions = _field(
+        factory=SinkOptions,
+        doc="how a batch's files are written: a JSON object of the sink_options keys below",
+        allowed="an object of the keys below",
     )
     replay_interval_s: float | None = _field(
         None,
@@ -188,6 +195,7 @@ class PipelineConfig:
             raise bad("topics", self.topics, "give a list of strings with at least one topic name")
         object.__setattr__(self, "topics", topics)
         object.__setattr__(self, "tags", tuple(self.tags))
+        self._typed_options()
         _check_types(self, bad)
         if not self.sink:
             raise bad("sink", self.sink, "give a path or Hadoop URI for the output")
@@ -217,13 +225,13 @@ class PipelineConfig:
             raise bad("transform", self.transform, "use 'package.module:function'")
         if self.sink_format not in SINK_FORMAT_NAMES:
             raise bad("sink_format", self.sink_format, f"one of {', '.join(SINK_FORMAT_NAMES)}")
-        writer = self.reader_options.get("writer") or DEFAULT_WRITER
+        writer = self.sink_options.writer
         problem = writer_problem(writer, self.transform, self.reader)
         if problem:
-            raise bad("reader_options.writer", writer, problem)
+            raise bad("sink_options.writer", writer, problem)
         if self.sink_format != "parquet" and writer == "arrow":
             raise bad(
-                "reader_options.writer",
+                "sink_options.writer",
                 writer,
                 f"writer 'arrow' writes Parquet files itself; sink_format {self.sink_format!r} commits through "
                 "Spark's writer: use writer 'auto' or 'spark'",
@@ -304,6 +312,30 @@ class PipelineConfig:
         return f"kbp_replay_{self.name}"
 
     # ----- serialisation ----------------------------------------------------------------------
+    def _typed_options(self) -> None:
+        """``reader_options`` and ``sink_options`` as their types (given as JSON objects); keys
+        that moved from ``reader_options`` to ``sink_options`` are moved, with a warning."""
+        reader, moved = split_reader_options(self.reader_options, self.name)
+        sink: Any = self.sink_options
+        if moved:
+            if isinstance(sink, SinkOptions):  # what differs from the defaults was given
+                defaults = SinkOptions().job_options()
+                given = {k: v for k, v in sink.job_options().items() if defaults.get(k) != v}
+            else:
+                given = dict(sink or {})
+            both = sorted(set(moved) & set(given))
+            if both:
+                raise ValueError(
+                    f"pipeline {self.name!r}: {both} given both in reader_options and in sink_options; "
+                    "keep them in sink_options only"
+                )
+            sink = {**given, **moved}
+        try:
+            object.__setattr__(self, "reader_options", ReaderOptions.from_mapping(reader))
+            object.__setattr__(self, "sink_options", SinkOptions.from_mapping(sink))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"pipeline {self.name!r}: {e}") from None
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["topics"] = list(self.topics)
@@ -353,76 +385,6 @@ class PipelineConfig:
         if shared_problems:
             raise ValueError(f"{source}: " + "; ".join(shared_problems))
         return configs
-
-
-def sink_key(sink: str) -> tuple[str, ...]:
-    """The place ``sink`` names, as path components for comparison: a local path with symbolic
-    links resolved (as far as they exist), a URI with its scheme's alias resolved (``s3a`` is
-    ``s3``) and no trailing slash."""
-    if "://" in sink and not sink.startswith("file://"):
-        scheme, _, rest = sink.partition("://")
-        scheme = _SCHEME_ALIASES.get(scheme.lower(), scheme.lower())
-        return (scheme, *[part for part in rest.split("/") if part])
-    path = os.path.realpath(sink[len("file://") :] if sink.startswith("file://") else sink)
-    return ("file", *[part for part in path.split(os.sep) if part])
-
-
-def sharing_problems(configs: list[PipelineConfig]) -> list[str]:
-    """Pairs of pipelines that would mix their batches or their commits: one sink (or one inside
-    the other's), or one consumer group (pure, but for resolving local symbolic links)."""
-    problems = []
-    for i, a in enumerate(configs):
-        for b in configs[i + 1 :]:
-            ka, kb = sink_key(a.sink), sink_key(b.sink)
-            if ka == kb:
-                problems.append(
-                    f"pipelines {a.name!r} and {b.name!r} write the same sink ({a.sink!r}, {b.sink!r}): their "
-                    "batches would replace each other's; give each pipeline its own sink"
-                )
-            elif ka[: len(kb)] == kb or kb[: len(ka)] == ka:
-                outer, inner = (a, b) if len(ka) < len(kb) else (b, a)
-                problems.append(
-                    f"pipeline {inner.name!r}'s sink {inner.sink!r} is inside pipeline {outer.name!r}'s sink "
-                    f"{outer.sink!r}: readers of the outer one would see both; give each pipeline a sink of its own"
-                )
-            if a.group == b.group:
-                problems.append(
-                    f"pipelines {a.name!r} and {b.name!r} commit the same consumer group {a.group!r}: each would "
-                    "move the other's offsets; set a different group_id on one of them"
-                )
-    return problems
-
-
-#: Schemes of object stores: no directory rename, which the Parquet-directory sink publishes with.
-OBJECT_STORE_SCHEMES = ("s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss", "wasb", "wasbs", "oss")
-
-
-def sink_refusal(p: PipelineConfig, spark_master: str | None) -> str | None:
-    """Why the pipeline's sink cannot hold its guarantees where it runs (pure), else None: checked
-    by the plan task before anything is planned. ``spark_master``: the submit engine's master (None
-    when unknown, as for a Spark Connect server)."""
-    scheme = p.sink.split("://", 1)[0].lower() if "://" in p.sink else ""
-    if scheme in OBJECT_STORE_SCHEMES and p.sink_format == "parquet":
-        return (
-            f"Pipeline {p.name!r}: sink {p.sink!r} is on an object store ({scheme}://). The Parquet-directory sink "
-            "publishes each batch by renaming its staging directory, which object stores cannot do: every commit "
-            "would fail, and a plain Parquet reader of the directory could see a batch in part or twice. Write to "
-            'a local path or HDFS (hdfs://…), or use the table-format sink: sink_format "delta" (a Delta Lake '
-            "table, one transaction per batch). Nothing was planned."
-        )
-    local = scheme in ("", "file")
-    if local and spark_master and not p.sink_on_shared_filesystem:
-        from .engines.submit import is_loopback_master  # defers psutil
-
-        if not is_loopback_master(spark_master):
-            return (
-                f"Pipeline {p.name!r}: sink {p.sink!r} is a local path, but Spark master {spark_master!r} can run "
-                "executors on other hosts: each would write its part of a batch to its own disk, and the commit "
-                "would publish only what this host sees (a batch committed with rows missing). Use a shared "
-                "filesystem's URI (hdfs://…), or, if this path is one shared filesystem (NFS …) mounted at the same "
-                'place on every host, set "sink_on_shared_filesystem": true. Nothing was planned.'
-            )
-    return None
 
 
 #: Fields holding seconds: each a finite number > 0 (or null where the field allows it).
@@ -481,6 +443,8 @@ def _check_types(p: PipelineConfig, bad: Any) -> None:
             typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
         )
         if value is None and type(None) in allowed:
+            continue
+        if isinstance(hint, type) and isinstance(value, hint):  # typed options: checked by their type
             continue
         ok = False
         for t in allowed:

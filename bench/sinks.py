@@ -16,7 +16,7 @@ gateway on 127.0.0.1, :class:`~airflow_kafka_backpressure.local.s3.S3Server`):
   - ``delta local`` and ``delta s3``: the Delta sink (``sinks.DeltaSink.write_batch``: one
     transaction with ``replaceWhere`` and the batch's ``txnAppId``/``txnVersion``, then the
     commit read back from the table's history);
-  - ``parquet s3`` is refused by the pipeline (``pipeline.sink_refusal``): its message is printed.
+  - ``parquet s3`` is refused by the pipeline (``sink_placement.sink_refusal``): its message is printed.
 
 * **commit cost against history**: small batches (``--small-records`` rows each) are committed one
   after the other into a fresh sink of each format (``--history-locations``, default local); when
@@ -52,7 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_kafka_backpressure.models import OffsetRange
-from airflow_kafka_backpressure.pipeline import PipelineConfig, sink_refusal
+from airflow_kafka_backpressure.pipeline import PipelineConfig
+from airflow_kafka_backpressure.sink_placement import sink_refusal
 from airflow_kafka_backpressure.sinks import DeltaSink
 from airflow_kafka_backpressure.spark import sink as parquet_sink
 

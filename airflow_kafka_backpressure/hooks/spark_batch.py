@@ -22,10 +22,18 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from ..batch_options import ReaderOptions, SinkOptions
 from ..engines import ENGINES, Engine, engine_for, supervise
 from ..engines.environment import work_root  # noqa: F401 - where the tests and users find it
 from ..models import Adoption, BatchMetrics, BatchPlan, JobSpec, new_token
 from ..pipeline import PipelineConfig
+
+
+def _job_options(options: ReaderOptions | SinkOptions | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options as the batch job reads them (``JobSpec.options``)."""
+    if isinstance(options, (ReaderOptions, SinkOptions)):
+        return options.job_options()
+    return dict(options or {})
 
 
 class SparkBatchHook(BaseHook):
@@ -54,8 +62,9 @@ class SparkBatchHook(BaseHook):
         reader: str = "auto",
         transform: str | None = None,
         stall_timeout_s: float = 120.0,
-        reader_options: Mapping[str, Any] | None = None,
+        reader_options: ReaderOptions | Mapping[str, Any] | None = None,
         sink_format: str = "parquet",
+        sink_options: SinkOptions | Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if engine not in ENGINES:
@@ -71,7 +80,8 @@ class SparkBatchHook(BaseHook):
         self.reader = reader
         self.transform = transform
         self.stall_timeout_s = float(stall_timeout_s)
-        self.reader_options = dict(reader_options or {})
+        self.reader_options = _job_options(reader_options)
+        self.sink_options = _job_options(sink_options)
         self.sink_format = sink_format
         self._running: Engine | None = None
 
@@ -91,6 +101,7 @@ class SparkBatchHook(BaseHook):
             stall_timeout_s=p.stall_timeout_s,
             reader_options=p.reader_options,
             sink_format=p.sink_format,
+            sink_options=p.sink_options,
         )
 
     # ----- connections ------------------------------------------------------------------------
@@ -147,7 +158,7 @@ class SparkBatchHook(BaseHook):
             transform=self.transform,
             stall_timeout_s=self.stall_timeout_s,
             min_partitions=executors * self.executor_cores,
-            options=dict(self.reader_options),
+            options={**self.reader_options, **self.sink_options},
             attempt=attempt,
             adopt=adopt,
             sink_format=self.sink_format,

@@ -14,7 +14,8 @@ from ..control.cost_mode import ARRIVAL_WINDOW_PLANS, PlanInputs, arrival_rate, 
 from ..hooks.spark_batch import SparkBatchHook
 from ..ledger import Ledger
 from ..models import TopicPartition
-from ..pipeline import PipelineConfig, sink_refusal
+from ..pipeline import PipelineConfig
+from ..sink_placement import sink_refusal
 from ..topic_identity import archived_name, changed_topics, reset_refusal
 from .base import PipelineOperator
 from .common import (

@@ -51,6 +51,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from airflow_kafka_backpressure.batch_options import (  # declared with the pipeline's reader_options
+    DEFAULT_MAX_RECORDS_PER_PARTITION as DEFAULT_MAX_RECORDS_PER_PARTITION,
+)
 from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.spark.completion import record_read_completion
 from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA
@@ -99,14 +102,6 @@ KAFKA_SCHEMA = StructType(
 )
 
 
-# Offsets per input partition unless the reader is told otherwise (0 = no limit). Measured here
-# (2 shared cores; single-range and 40-piece timings): every extra input partition
-# costs ~0.1 s inside read() (consumer start, metadata, close) plus ~0.2-0.3 s of Spark's own
-# per-task work for a Python Data Source under load, while one task reads ~100k-250k records/s
-# with confluent-kafka. At 200,000 offsets per piece that fixed cost stays a small share of each
-# task, the prefetch librdkafka throws away past a piece's end (<= 20,000 messages) stays <= 10%,
-# and a hot partition of a million offsets is still read by five tasks at once.
-DEFAULT_MAX_RECORDS_PER_PARTITION = 200_000
 KAFKA_OPTION_PREFIX = "kafka."
 
 

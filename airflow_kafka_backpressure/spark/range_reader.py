@@ -27,6 +27,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_kafka_backpressure.batch_options import (
+    DEFAULT_MAX_RECORDS_PER_BATCH as DEFAULT_MAX_RECORDS_PER_BATCH,
+)
 from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA, key_value_bytes
 from airflow_kafka_backpressure.spark.range_clients import (
@@ -51,7 +54,7 @@ __all__ = [
 
 DEFAULT_POLL_TIMEOUT_MS = 1000
 DEFAULT_STALL_TIMEOUT_S = 60.0
-DEFAULT_MAX_RECORDS_PER_BATCH = 10_000
+# DEFAULT_MAX_RECORDS_PER_BATCH: declared with the pipeline's reader_options
 # Records taken from the client and turned into Arrow columns at a time; the columns of several
 # chunks make one batch of up to max_records_per_batch rows. Each column is a pass over the
 # chunk's record objects, which stay in the CPU's cache at this size: reading a 250,000-record

@@ -247,10 +247,12 @@ def test_a_broken_state_variable_fails_the_batch_and_the_replay_completes_it(mak
 def test_the_arrow_writer_ingests_exactly_once_and_a_rerun_rewrites_the_same_batch(
     make_pipeline, kafka_broker
 ):
-    """``reader_options.writer = "arrow"`` (the reading tasks write the Parquet files): over Spark
+    """``sink_options.writer = "arrow"`` (the reading tasks write the Parquet files): over Spark
     Connect the task function reaches the server's Python workers with the package. (Under
     spark-submit the same writer runs in test_arrow_batch_stop.py: 137 s of CI for a second copy.)"""
-    p, ledger = make_pipeline(reader_options={"writer": "arrow", "max_records_per_partition": 10})
+    p, ledger = make_pipeline(
+        sink_options={"writer": "arrow"}, reader_options={"max_records_per_partition": 10}
+    )
     topic = p.topics[0]
     produce(kafka_broker.bootstrap, topic, count=80, partitions=4)
     first = af.run_dag(p.ingest_dag_id, 0)

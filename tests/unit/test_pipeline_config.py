@@ -61,16 +61,41 @@ def test_a_valid_file_loads_with_the_defaults():
         ({"sink": ""}, ["sink", "give a path"]),
         # the writer
         (
-            {"reader_options": {"writer": "pandas"}},
-            ["reader_options.writer", "'pandas'", "one of auto, spark, arrow"],
+            {"sink_options": {"writer": "pandas"}},
+            ["sink_options.writer", "'pandas'", "one of auto, spark, arrow"],
         ),
         (
-            {"reader_options": {"writer": "arrow"}, "transform": "m:f"},
-            ["reader_options.writer", "remove the transform"],
+            {"sink_options": {"writer": "arrow"}, "transform": "m:f"},
+            ["sink_options.writer", "remove the transform"],
         ),
         (
-            {"reader_options": {"writer": "arrow"}, "reader": "native"},
-            ["reader_options.writer", "reader 'auto' or 'python'"],
+            {"sink_options": {"writer": "arrow"}, "reader": "native"},
+            ["sink_options.writer", "reader 'auto' or 'python'"],
+        ),
+        # typed reader and sink options
+        (
+            {"reader_options": {"max_record_per_partition": 10}},
+            ["reader_options: unknown key(s) ['max_record_per_partition']", "max_records_per_partition"],
+        ),
+        (
+            {"reader_options": {"client": "librdkafka"}},
+            ["reader_options.client", "auto, confluent, kafka-python"],
+        ),
+        ({"reader_options": {"max_records_per_batch": 0}}, ["reader_options.max_records_per_batch", ">= 1"]),
+        ({"reader_options": {"max_records_per_partition": "10"}}, ["max_records_per_partition", "integer"]),
+        ({"reader_options": ["client"]}, ["reader_options must be a JSON object"]),
+        ({"sink_options": {"parquet_compression": "lzma"}}, ["sink_options.parquet_compression", "zstd"]),
+        (
+            {"sink_options": {"parquet_plain_columns": "key"}},
+            ["sink_options.parquet_plain_columns", "a list"],
+        ),
+        (
+            {"sink_options": {"compression": "zstd"}},
+            ["unknown key(s) ['compression']", "parquet_compression"],
+        ),
+        (
+            {"reader_options": {"writer": "spark"}, "sink_options": {"writer": "arrow"}},
+            ["['writer'] given both in reader_options and in sink_options"],
         ),
     ],
 )
@@ -156,12 +181,42 @@ def test_object_store_sinks_compare_by_bucket_and_prefix():
 def test_sink_format_is_parquet_or_delta_and_delta_takes_no_arrow_writer():
     (p,) = load()
     assert p.sink_format == "parquet"
-    (p,) = load(sink_format="delta", reader_options={"writer": "spark"})
+    (p,) = load(sink_format="delta", sink_options={"writer": "spark"})
     assert p.sink_format == "delta"
     with pytest.raises(ValueError, match=r"sink_format.*'iceberg'.*one of parquet, delta"):
         load(sink_format="iceberg")
     with pytest.raises(ValueError, match=r"writer 'arrow' writes Parquet files itself; sink_format 'delta'"):
-        load(sink_format="delta", reader_options={"writer": "arrow"})
+        load(sink_format="delta", sink_options={"writer": "arrow"})
+
+
+def test_reader_and_sink_options_are_typed_and_reach_the_job_as_one_flat_dict():
+    (p,) = load(
+        reader_options={"client": "kafka-python", "max_records_per_partition": 0},
+        sink_options={"writer": "spark", "parquet_compression": "zstd", "parquet_plain_columns": ["value"]},
+    )
+    assert (p.reader_options.client, p.reader_options.max_records_per_partition) == ("kafka-python", 0)
+    assert p.reader_options.max_records_per_batch == 10_000  # the default
+    assert p.sink_options.parquet_plain_columns == ("value",)
+    assert {**p.reader_options.job_options(), **p.sink_options.job_options()} == {
+        "client": "kafka-python",
+        "max_records_per_partition": 0,
+        "max_records_per_batch": 10_000,
+        "writer": "spark",
+        "parquet_compression": "zstd",
+        "parquet_plain_columns": ["value"],
+    }
+    # the pipeline's dict form (XCom, the UI) loads back to the same pipeline
+    assert PipelineConfig.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+
+
+def test_sink_keys_in_reader_options_move_to_sink_options_with_a_warning(caplog):
+    with pytest.warns(
+        DeprecationWarning, match=r"reader_options key\(s\) \['parquet_compression', 'writer'\] moved"
+    ):
+        (p,) = load(reader_options={"writer": "spark", "parquet_compression": "gzip", "client": "confluent"})
+    assert (p.sink_options.writer, p.sink_options.parquet_compression) == ("spark", "gzip")
+    assert p.reader_options.client == "confluent"
+    assert "write them as sink_options" in caplog.text
 
 
 def test_a_planned_batch_waits_for_its_ingest_task_a_lease_two_intervals_and_a_minute_at_least():
@@ -176,7 +231,7 @@ def test_a_planned_batch_waits_for_its_ingest_task_a_lease_two_intervals_and_a_m
 def test_a_sink_that_cannot_hold_its_guarantees_is_refused_before_planning():
     """Issue 22, item 5 (and item 2's refusal): an object store cannot take the directory swap, and
     a local path under a multi-host Spark master would leave each executor's files on its own disk."""
-    from airflow_kafka_backpressure.pipeline import sink_refusal
+    from airflow_kafka_backpressure.sink_placement import sink_refusal
 
     def cfg(sink: str, **kw) -> PipelineConfig:
         return PipelineConfig(name="orders", topics=("t",), sink=sink, **kw)

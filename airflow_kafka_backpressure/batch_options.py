@@ -1,0 +1,201 @@
+"""A pipeline's typed reader and sink options: ``reader_options`` (how the Python reader's tasks
+read Kafka) and ``sink_options`` (how a batch's files are written).
+
+Each option is declared once here (type, default, allowed values, meaning): the pipelines file is
+checked against it (an unknown key or a wrong value fails with the key named), the configuration
+reference of the docs is rendered from it, and the batch job gets the options as a flat dict
+(:meth:`ReaderOptions.job_options`, :meth:`SinkOptions.job_options`; the job's side is
+:mod:`.spark.readers` and :mod:`.spark.job`). Pure Python: no Spark, pyarrow or Kafka import.
+
+``writer``, ``parquet_compression`` and ``parquet_plain_columns`` were ``reader_options`` keys
+before ``sink_options`` existed; found there they are moved to ``sink_options`` with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import typing
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any
+
+from .models import DEFAULT_WRITER, WRITERS
+
+log = logging.getLogger(__name__)
+
+#: The Python reader's Kafka clients: ``auto`` takes confluent-kafka where it is installed.
+CLIENT_AUTO, CLIENT_CONFLUENT, CLIENT_KAFKA_PYTHON = "auto", "confluent", "kafka-python"
+CLIENTS = (CLIENT_AUTO, CLIENT_CONFLUENT, CLIENT_KAFKA_PYTHON)
+DEFAULT_CLIENT = CLIENT_AUTO
+#: No input partition of the Python reader covers more offsets than this (as Spark's Kafka source's
+#: ``maxRecordsPerPartition``); 0: no limit. Why this default, measured here
+# (2 shared cores; single-range and 40-piece timings): every extra input partition
+# costs ~0.1 s inside read() (consumer start, metadata, close) plus ~0.2-0.3 s of Spark's own
+# per-task work for a Python Data Source under load, while one task reads ~100k-250k records/s
+# with confluent-kafka. At 200,000 offsets per piece that fixed cost stays a small share of each
+# task, the prefetch librdkafka throws away past a piece's end (<= 20,000 messages) stays <= 10%,
+# and a hot partition of a million offsets is still read by five tasks at once.
+DEFAULT_MAX_RECORDS_PER_PARTITION = 200_000
+#: Rows per Arrow record batch a Python reader task hands to Spark.
+DEFAULT_MAX_RECORDS_PER_BATCH = 10_000
+#: The Parquet codecs Spark's writer takes (``spark.sql.parquet.compression.codec``); writer
+#: ``arrow`` takes those pyarrow writes and refuses the others when the batch runs.
+PARQUET_CODECS = ("none", "uncompressed", "snappy", "gzip", "lzo", "brotli", "lz4", "lz4_raw", "zstd")
+#: Keys that moved from ``reader_options`` to ``sink_options``.
+MOVED_TO_SINK_OPTIONS = ("writer", "parquet_compression", "parquet_plain_columns")
+
+
+def _option(default: Any, *, doc: str, allowed: str, check: Callable[[Any], str | None]) -> Any:
+    """One option: its default, doc and allowed values (rendered in the docs) and its check (None:
+    valid; else what is wrong)."""
+    return field(default=default, metadata={"doc": doc, "allowed": allowed, "check": check})
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value in choices else f"use one of {', '.join(choices)}"
+
+    return check
+
+
+def _int_at_least(least: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"an integer >= {least} (got {type(value).__name__})"
+        return None if value >= least else f"must be >= {least}"
+
+    return check
+
+
+def _codec(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and value.lower() in PARQUET_CODECS):
+        return None
+    return f"use one of {', '.join(PARQUET_CODECS)}, or null for Spark's default (snappy)"
+
+
+def _columns(value: Any) -> str | None:
+    if value is None or (isinstance(value, (list, tuple)) and all(isinstance(c, str) and c for c in value)):
+        return None
+    return "a list of column names, or null for the sink's default"
+
+
+class _Options:
+    """What both option sets share: made from a JSON object with every key checked, and handed to
+    the batch job as a flat dict."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            problem = f.metadata["check"](value)
+            if problem:
+                raise ValueError(f"{self.section}.{f.name} = {value!r} is invalid: {problem}")
+        if getattr(self, "parquet_plain_columns", None) is not None:
+            object.__setattr__(self, "parquet_plain_columns", tuple(self.parquet_plain_columns))  # type: ignore[attr-defined]
+
+    section: typing.ClassVar[str]
+
+    @classmethod
+    def from_mapping(cls, value: Any) -> Any:
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{cls.section} must be a JSON object, got {type(value).__name__} {value!r:.80}")
+        known = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        unknown = sorted(str(k) for k in value if k not in known)
+        if unknown:
+            raise ValueError(f"{cls.section}: unknown key(s) {unknown}; allowed: {known}")
+        return cls(**value)
+
+    def job_options(self) -> dict[str, Any]:
+        """The options the batch job reads (``JobSpec.options``): those set to other than null."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v is not None}  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class ReaderOptions(_Options):
+    section: typing.ClassVar[str] = "reader_options"
+
+    client: str = _option(
+        DEFAULT_CLIENT,
+        doc="the Kafka client of the Python reader's tasks: auto takes confluent-kafka where it is installed",
+        allowed=", ".join(CLIENTS),
+        check=_one_of(CLIENTS),
+    )
+    max_records_per_partition: int = _option(
+        DEFAULT_MAX_RECORDS_PER_PARTITION,
+        doc="no input partition of the Python reader covers more offsets than this (as Spark's Kafka source's maxRecordsPerPartition); 0: no limit",
+        allowed=">= 0",
+        check=_int_at_least(0),
+    )
+    max_records_per_batch: int = _option(
+        DEFAULT_MAX_RECORDS_PER_BATCH,
+        doc="rows per Arrow record batch a Python reader task hands to Spark",
+        allowed=">= 1",
+        check=_int_at_least(1),
+    )
+
+
+@dataclass(frozen=True)
+class SinkOptions(_Options):
+    section: typing.ClassVar[str] = "sink_options"
+
+    writer: str = _option(
+        DEFAULT_WRITER,
+        doc="how a batch's Parquet files are written: spark (Spark's writer, after the transform), arrow (each Python reader task writes its range with pyarrow; no transform, reader auto or python, sink_format parquet), auto (arrow where it applies, else spark)",
+        allowed=", ".join(WRITERS),
+        check=_one_of(WRITERS),
+    )
+    parquet_compression: str | None = _option(
+        None,
+        doc="the Parquet codec of the batch's files; null: snappy",
+        allowed=", ".join(PARQUET_CODECS) + " or null",
+        check=_codec,
+    )
+    parquet_plain_columns: tuple[str, ...] | None = _option(
+        None,
+        doc="columns written without dictionary encoding (the Parquet-directory sink); null: key and value",
+        allowed="a list of column names or null",
+        check=_columns,
+    )
+
+
+def split_reader_options(value: Any, pipeline: str) -> tuple[Any, dict[str, Any]]:
+    """``reader_options`` as given, without the keys that moved to ``sink_options``, and those keys
+    (with a warning naming them). Anything but a JSON object is returned as it is, for
+    :meth:`ReaderOptions.from_mapping` to refuse."""
+    if not isinstance(value, Mapping):
+        return value, {}
+    moved = {k: value[k] for k in MOVED_TO_SINK_OPTIONS if k in value}
+    if not moved:
+        return value, {}
+    message = (
+        f"pipeline {pipeline!r}: reader_options key(s) {sorted(moved)} moved to sink_options; "
+        f"write them as sink_options: {moved!r}"
+    )
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    log.warning("%s", message)
+    return {k: v for k, v in value.items() if k not in moved}, moved
+
+
+def option_rows(cls: type[_Options]) -> list[tuple[str, str, str, str, str]]:
+    """(key, type, default, allowed, meaning) of every option of ``cls``, for the docs."""
+    import json
+
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in fields(cls):  # type: ignore[arg-type]
+        default = f.default if f.default is not MISSING else None
+        kind = {str: "string", int: "integer"}.get(hints[f.name], "string or null")
+        if f.name == "parquet_plain_columns":
+            kind = "list of strings or null"
+        rows.append(
+            (
+                f"{cls.section}.{f.name}",
+                kind,
+                f"`{json.dumps(default)}`",
+                f.metadata["allowed"],
+                f.metadata["doc"],
+            )
+        )
+    return rows
