@@ -17,7 +17,7 @@ import logging
 import typing
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .models import DEFAULT_WRITER, WRITERS
@@ -90,8 +90,6 @@ class _Options:
             problem = f.metadata["check"](value)
             if problem:
                 raise ValueError(f"{self.section}.{f.name} = {value!r} is invalid: {problem}")
-        if getattr(self, "parquet_plain_columns", None) is not None:
-            object.__setattr__(self, "parquet_plain_columns", tuple(self.parquet_plain_columns))  # type: ignore[attr-defined]
 
     section: typing.ClassVar[str]
 
@@ -159,6 +157,11 @@ class SinkOptions(_Options):
         check=_columns,
     )
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.parquet_plain_columns is not None:  # a JSON list, kept as a tuple (frozen, hashable)
+            object.__setattr__(self, "parquet_plain_columns", tuple(self.parquet_plain_columns))
+
 
 def split_reader_options(value: Any, pipeline: str) -> tuple[Any, dict[str, Any]]:
     """``reader_options`` as given, without the keys that moved to ``sink_options``, and those keys
@@ -176,26 +179,3 @@ def split_reader_options(value: Any, pipeline: str) -> tuple[Any, dict[str, Any]
     warnings.warn(message, DeprecationWarning, stacklevel=3)
     log.warning("%s", message)
     return {k: v for k, v in value.items() if k not in moved}, moved
-
-
-def option_rows(cls: type[_Options]) -> list[tuple[str, str, str, str, str]]:
-    """(key, type, default, allowed, meaning) of every option of ``cls``, for the docs."""
-    import json
-
-    hints = typing.get_type_hints(cls)
-    rows = []
-    for f in fields(cls):  # type: ignore[arg-type]
-        default = f.default if f.default is not MISSING else None
-        kind = {str: "string", int: "integer"}.get(hints[f.name], "string or null")
-        if f.name == "parquet_plain_columns":
-            kind = "list of strings or null"
-        rows.append(
-            (
-                f"{cls.section}.{f.name}",
-                kind,
-                f"`{json.dumps(default)}`",
-                f.metadata["allowed"],
-                f.metadata["doc"],
-            )
-        )
-    return rows

@@ -22,7 +22,7 @@ from dataclasses import MISSING, Field, fields
 from pathlib import Path
 from typing import Any
 
-from .batch_options import ReaderOptions, SinkOptions, option_rows
+from .batch_options import ReaderOptions, SinkOptions
 from .config import MAP_KEYS, RULES, ControllerSettings
 from .control.modes import REGISTRY as MODES
 from .pipeline import PipelineConfig
@@ -71,26 +71,30 @@ def _cell(text: str) -> str:
 OPTION_SETS = {"reader_options": ReaderOptions, "sink_options": SinkOptions}
 
 
+def _row(name: str, f: Field[Any], hint: Any) -> tuple[str, str, str, str, str]:
+    """(name, type, default, allowed, meaning) of one declared field."""
+    return (
+        name,
+        _type_name(hint),
+        _default(f),
+        f.metadata.get("allowed") or _any(hint),
+        f.metadata.get("doc", ""),
+    )
+
+
 def pipeline_rows() -> list[tuple[str, str, str, str, str]]:
     """(field, type, default, allowed, meaning) of every pipeline field, in declaration order; the
-    keys of an option set (:data:`OPTION_SETS`) after it."""
+    keys of an option set (:data:`OPTION_SETS`) after it, as ``<field>.<key>``."""
     hints = typing.get_type_hints(PipelineConfig)
     rows = []
     for f in fields(PipelineConfig):
         options = OPTION_SETS.get(f.name)
-        if options is not None:
-            rows.append((f.name, "object", "`{}`", f.metadata["allowed"], f.metadata["doc"]))
-            rows += option_rows(options)
+        if options is None:
+            rows.append(_row(f.name, f, hints[f.name]))
             continue
-        rows.append(
-            (
-                f.name,
-                _type_name(hints[f.name]),
-                _default(f),
-                f.metadata.get("allowed") or _any(hints[f.name]),
-                f.metadata.get("doc", ""),
-            )
-        )
+        rows.append((f.name, "object", "`{}`", f.metadata["allowed"], f.metadata["doc"]))
+        option_hints = typing.get_type_hints(options)
+        rows += [_row(f"{f.name}.{o.name}", o, option_hints[o.name]) for o in fields(options)]
     return rows
 
 

@@ -333,7 +333,7 @@ class PipelineConfig:
         try:
             object.__setattr__(self, "reader_options", ReaderOptions.from_mapping(reader))
             object.__setattr__(self, "sink_options", SinkOptions.from_mapping(sink))
-        except (TypeError, ValueError) as e:
+        except ValueError as e:
             raise ValueError(f"pipeline {self.name!r}: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
