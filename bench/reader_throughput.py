@@ -20,7 +20,8 @@ reads the same ranges several ways and prints records/s and the ratio to the fir
   settings (``spark.sink.PLAIN_COLUMNS``; one directory, overwritten): the read + write stage alone;
   the line below it uses Spark's defaults (a dictionary tried on every column);
 * ``spark kafka source -> noop`` — Spark's own reader (``format("kafka")``, the connector's jars
-  from the jar cache) into the ``noop`` sink: its read cost alone;
+  from the jar cache, its DataSource V2 scan as the job reads) into the ``noop`` sink: its read cost
+  alone;
 * ``job native read + parquet`` — the whole batch as a pipeline without a transform runs it by
   default where the connector is on the classpath: ``spark.job.run_batch(spark, spec)`` (bounds
   check, Spark's reader, Spark's Parquet writer counting the records as they pass, the sink's fence,
@@ -391,6 +392,7 @@ def spark_reads(
         KafkaRangeDataSource,
         range_source_options,
     )
+    from airflow_kafka_backpressure.spark.readers import read_kafka_through_v2
     from airflow_kafka_backpressure.spark.sink import plain_column_options
 
     registry.register(spark, KafkaRangeDataSource)
@@ -430,6 +432,7 @@ def spark_reads(
         return run_batch(spark, spec).records
 
     def native_noop() -> int:
+        read_kafka_through_v2(spark)  # as the job reads (spark.readers.read_ranges)
         df = (
             spark.read.format("kafka")
             .options(**native_options(JobSpec(plan=plan, kafka=props, launched_at_ms=0)))

@@ -430,6 +430,34 @@ def test_reader_auto_picks_the_native_reader_with_the_connector(spark):
     assert choose_reader(spark, "python") == "python"
 
 
+def test_the_native_reader_scans_through_the_connectors_v2_source(spark, kafka_broker, topic_name, tmp_path):
+    """Spark reads format("kafka") through its V1 relation by default (rows converted to external
+    Row objects and back); the batch's read goes through the connector's V2 scan, the same records,
+    and the session's other V1 sources keep their setting."""
+    from airflow_kafka_backpressure.spark.readers import V1_SOURCES_CONF, read_ranges
+
+    bootstrap = kafka_broker.bootstrap
+    ensure_topic(bootstrap, topic_name, 1)
+    produce_sample_records(bootstrap, topic_name)
+    before = spark.conf.get(V1_SOURCES_CONF)
+    spark.conf.set(V1_SOURCES_CONF, "avro,csv,KAFKA,parquet")
+    try:
+        spec = make_spec(tmp_path, bootstrap, 1, {(topic_name, 0): (0, 3)}, sink=tmp_path / "sink")
+        df = read_ranges(spark, spec, "native")
+        assert spark.conf.get(V1_SOURCES_CONF) == "avro,csv,parquet"
+        plan = df._jdf.queryExecution().executedPlan().toString()
+        assert "BatchScan" in plan and "KafkaRelation" not in plan, plan
+        rows = sorted(df.collect(), key=lambda r: r["offset"])
+        assert [(r["offset"], r["key"], r["value"]) for r in rows] == [
+            (0, b"k0", b"v0"),
+            (1, None, b"v1"),
+            (2, b"k2", None),
+        ]
+        assert [(h["key"], h["value"]) for h in rows[1]["headers"]] == [("h", b"x"), ("e", b"")]
+    finally:
+        spark.conf.set(V1_SOURCES_CONF, before)
+
+
 def test_data_source_yields_the_kafka_source_schema_and_values(spark, kafka_broker, topic_name):
     bootstrap = kafka_broker.bootstrap
     ensure_topic(bootstrap, topic_name, 1)
