@@ -129,8 +129,15 @@ def test_native_options_cover_only_non_empty_ranges():
     assert (
         opts["kafka.max.poll.records"] == "10000"
     )  # the reader's fetch sizes, unless the connection sets them
-    tuned = native_options(JobSpec(plan=plan, kafka={**kafka, "max.poll.records": 50}, launched_at_ms=0))
-    assert tuned["kafka.max.poll.records"] == "50"
+    # a prefetch past a range's end is not held for the Java client's 500 ms: Spark's reader
+    # waits behind it for its offset look-ups on the same connection
+    assert opts["kafka.fetch.max.wait.ms"] == "10"
+    tuned = native_options(
+        JobSpec(
+            plan=plan, kafka={**kafka, "max.poll.records": 50, "fetch.max.wait.ms": 200}, launched_at_ms=0
+        )
+    )
+    assert tuned["kafka.max.poll.records"] == "50" and tuned["kafka.fetch.max.wait.ms"] == "200"
 
 
 # --------------------------------------------------------------------------- packaging
