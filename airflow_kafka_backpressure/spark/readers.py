@@ -27,9 +27,10 @@ NATIVE_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 #: every poll, on the same connection, and the broker answers a connection's requests in order: a
 #: range that ends at the log end (every batch of a pipeline that keeps up) waited the whole 500 ms
 #: per partition, whenever the last poll emptied the client's buffer. Measured here, 25 records from
-#: each of 4 partitions at their log end into a noop sink: 1.21-1.32 s against 0.21-0.35 s; a
-#: million records: 1.75-1.81 s against 0.75-1.16 s where the stall hit (it depends on how the
-#: producer's batches fall against the polls, so it came and went from one topic to the next).
+#: each of 4 partitions at their log end into a noop sink: 1.21-1.32 s against 0.21-0.34 s; a
+#: million records with max.poll.records 100,000 (every poll empties the buffer): 1.72-2.29 s
+#: against 0.75-1.16 s. With 10,000 the stall depends on how the producer's batches fall against
+#: the polls, so it came and went from one topic to the next (docs/benchmarks.md).
 #:
 #: The connection's own settings win.
 NATIVE_FETCH_DEFAULTS = {
