@@ -76,7 +76,12 @@ check() {
     local err="$W/check-$1.err" rc=0
     PATH="/usr/bin:$PATH" "${CHECK[@]}" "$@" 2> "$err" || rc=$?
     cat "$err" >&2
-    [[ $rc -eq 0 ]] || die "docker/check_stack.py $1: $(grep -h 'check FAILED' "$err" | tail -n 1)"
+    [[ $rc -eq 0 ]] && return 0
+    # a check's own verdict, else the last line it printed (an unexpected error's traceback ends so)
+    local reason
+    reason="$(grep -h 'check FAILED' "$err" | tail -n 1 || true)"
+    [[ -n "$reason" ]] || reason="exit $rc: $(tail -n 1 "$err")"
+    die "docker/check_stack.py $1: $reason"
 }
 
 # in_stack <command> ...: docker/check_stack.py inside the stack (a one-off container of the stack's
