@@ -76,12 +76,15 @@ check() {
     local err="$W/check-$1.err" rc=0
     PATH="/usr/bin:$PATH" "${CHECK[@]}" "$@" 2> "$err" || rc=$?
     cat "$err" >&2
-    [[ $rc -eq 0 ]] && return 0
-    # a check's own verdict, else the last line it printed (an unexpected error's traceback ends so)
-    local reason
-    reason="$(grep -h 'check FAILED' "$err" | tail -n 1 || true)"
-    [[ -n "$reason" ]] || reason="exit $rc: $(tail -n 1 "$err")"
-    die "docker/check_stack.py $1: $reason"
+    [[ $rc -eq 0 ]] || die "docker/check_stack.py $1: exit $rc: $(verdict "$err")"
+}
+
+# verdict FILE: a check's output's reason: its own "check FAILED" line, else its last line (an
+# unexpected error's traceback ends so)
+verdict() {
+    local line
+    line="$(grep -h 'check FAILED' "$1" | tail -n 1 || true)"
+    echo "${line:-$(tail -n 1 "$1")}"
 }
 
 # in_stack <command> ...: docker/check_stack.py inside the stack (a one-off container of the stack's
@@ -239,7 +242,7 @@ check wait-batches --min 2 --timeout "$WAIT_S"
 
 phase "kafka-1 killed mid-batch and restarted"
 # the cluster as the pipeline sees it: its topic and the group offsets' topic on 3 replicas, in sync
-in_stack replication --timeout 120 > "$W/replication.log" 2>&1 || { cat "$W/replication.log" >&2; die "replication check failed: $(tail -n 1 "$W/replication.log")"; }
+in_stack replication --timeout 120 > "$W/replication.log" 2>&1 || { cat "$W/replication.log" >&2; die "replication check failed: $(verdict "$W/replication.log")"; }
 grep "^check:" "$W/replication.log" >&2
 check wait-in-spark --write-to "$W/in-flight" --timeout "$WAIT_S"
 BATCH="$(cat "$W/in-flight")"
@@ -248,7 +251,7 @@ say "kafka-1 killed (SIGKILL) while batch $BATCH was running in Spark; restarted
 sleep 20
 docker start "${PROJECT}_kafka-1_1" > /dev/null
 check wait-finished --batch "$BATCH" --timeout "$WAIT_S"
-in_stack replication --timeout 300 > "$W/replication.log" 2>&1 || { cat "$W/replication.log" >&2; die "kafka-1 did not rejoin: $(tail -n 1 "$W/replication.log")"; }
+in_stack replication --timeout 300 > "$W/replication.log" 2>&1 || { cat "$W/replication.log" >&2; die "kafka-1 did not rejoin: $(verdict "$W/replication.log")"; }
 grep "^check:" "$W/replication.log" >&2
 
 phase "stop producer, catch up, >= 3 batches"
@@ -258,7 +261,7 @@ grep "produced" "$W/producer.log" >&2 || true
 # backpressure off (a Variable edit, as in the UI): the next batches read up to the latest offsets
 check unthrottle
 # the brokers advertise their service names: ask for the end offsets from inside the stack
-ENDS="$(in_stack end-offsets 2> "$W/end-offsets.log")" || { cat "$W/end-offsets.log" >&2; die "could not read the end offsets: $(tail -n 1 "$W/end-offsets.log")"; }
+ENDS="$(in_stack end-offsets 2> "$W/end-offsets.log")" || { cat "$W/end-offsets.log" >&2; die "could not read the end offsets: $(verdict "$W/end-offsets.log")"; }
 check wait-caught-up --end-offsets "$ENDS" --min-batches 3 --replays --timeout "$WAIT_S"
 
 phase "verify sink and executors"
