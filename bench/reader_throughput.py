@@ -44,6 +44,10 @@ with the results, because it moves them. Two figures per line:
   runs share the broker's and the machine's state, two bests need not. The last line says whether
   the goal is met, by the paired median (see :func:`run_lines`).
 
+``--cpu`` (Linux) prints after each timed run where its CPU went, in cores (:mod:`cpu_use`): the
+machine, the Spark JVM (its executor task threads, JIT compiler, garbage collector, the rest), the
+broker and this process (the consumer lines run in it).
+
 Before the timed rounds, ``--warmup N`` (default 1) rounds run every line once, uncounted: a
 session's first runs of a line pay its JIT and Python worker start-up.
 
@@ -60,11 +64,15 @@ import itertools
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cpu_use  # noqa: E402 - bench/ is not a package
 
 from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
 from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
@@ -245,12 +253,21 @@ def warm_up(paired: dict[str, list[float]], total: int, lines: list[Line], round
         print("timed rounds:", flush=True)
 
 
+#: With ``--cpu``: the processes whose CPU each timed run reports (name -> pid; see :mod:`cpu_use`).
+CPU_PROCESSES: dict[str, int | None] | None = None
+
+
 def _timed(results: dict[str, float] | None, total: int, label: str, fn: Callable[[], int]) -> float:
     """One timed run of ``fn``; its rate counts toward ``results[label]`` (the line's best) unless
     ``results`` is None (a paired baseline run, which only serves the ratio of the run after it)."""
+    procs = CPU_PROCESSES
+    before = cpu_use.snapshot(procs, threads_of="spark") if procs is not None else None
     t0 = time.monotonic()
     n = fn()
     elapsed = time.monotonic() - t0
+    if procs is not None and before is not None:
+        used = cpu_use.cores(before, cpu_use.snapshot(procs, threads_of="spark"), elapsed)
+        print(f"    cpu, {label.strip()}: {cpu_use.describe(used)}", flush=True)
     if n != total:
         raise SystemExit(f"{label}: read {n} records, expected {total}")
     if results is not None:
@@ -280,6 +297,7 @@ def main() -> None:
     ap.add_argument(
         "--warmup", type=int, default=1, help="uncounted rounds over all lines before the timed ones"
     )
+    ap.add_argument("--cpu", action="store_true", help="print where each timed run's CPU went (Linux /proc)")
     ap.add_argument("--skip-spark", action="store_true", help="only the plain-Python lines")
     ap.add_argument(
         "--no-kafka-python",
@@ -306,6 +324,9 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     try:
         with KafkaBroker(work / "kafka", heap="1g") as broker:
+            global CPU_PROCESSES
+            if args.cpu:
+                CPU_PROCESSES = {"broker": broker.pid}
             topic = "bench"
             ensure_topic(broker.bootstrap, topic, args.partitions)
             t0 = time.monotonic()
@@ -338,6 +359,8 @@ def main() -> None:
                     run_lines(results, paired, total, lines, args.repeat)
                 else:
                     with spark_session(args.master, work) as spark:
+                        if CPU_PROCESSES is not None:  # pyspark's gateway process execs the JVM
+                            CPU_PROCESSES["spark"] = spark.sparkContext._gateway.proc.pid
                         first, spark_lines = spark_reads(spark, args, work, bootstrap, ranges, total)
                         run_lines(results, paired, total, [first], 1)
                         warm_up(paired, total, lines + spark_lines, args.warmup)
