@@ -181,6 +181,14 @@ class PipelineConfig:
         doc="with pruning, only batches that ended more than this many days ago are deleted; null: no age limit",
         allowed="> 0 or null",
     )
+    ledger_keep_losses_days: float | None = _field(
+        None,
+        doc="recorded losses (offsets deleted by retention or a topic reset before they were read, abandoned "
+        "batches) stay in the ledger and on the monitoring page when their batches are pruned; with a number, "
+        "the record task deletes those recorded more than this many days ago whose batch was pruned; null: "
+        "keep every recorded loss",
+        allowed="> 0 or null",
+    )
     start_date: str = _field("2026-01-01", doc="the DAGs' start_date (ISO date)")
     tags: tuple[str, ...] = _field((), doc="extra DAG tags", allowed="a list of strings")
 
@@ -247,6 +255,14 @@ class PipelineConfig:
         ):
             raise bad(
                 "ledger_keep_days", self.ledger_keep_days, "must be a finite number of days > 0 (or null)"
+            )
+        if self.ledger_keep_losses_days is not None and not (
+            math.isfinite(self.ledger_keep_losses_days) and self.ledger_keep_losses_days > 0
+        ):
+            raise bad(
+                "ledger_keep_losses_days",
+                self.ledger_keep_losses_days,
+                "must be a finite number of days > 0 (or null: keep every recorded loss)",
             )
 
     # ----- derived names ----------------------------------------------------------------------

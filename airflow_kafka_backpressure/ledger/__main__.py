@@ -12,8 +12,9 @@ under ``AIRFLOW_HOME``.
     Give up a batch whose offsets can never be read again (retention deleted them): it becomes
     ``abandoned``, its offsets are recorded as lost with the reason, and commits move past it. A
     batch still marked planned/running/replaying needs ``--stale-after-s`` (no activity for that long).
-``prune --pipeline NAME (--keep-batches N | --older-than-days D)``
-    Delete old finished batches with their ranges (see :meth:`Ledger.prune`).
+``prune --pipeline NAME (--keep-batches N | --older-than-days D | --losses-older-than-days L)``
+    Delete old finished batches with their ranges (see :meth:`Ledger.prune`); their recorded losses
+    stay, unless ``--losses-older-than-days`` deletes those of pruned batches recorded before then.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from .commands import PROG
 from .engine import default_ledger_url
 from .migrate import head_revision
+from .records import PruneResult
 from .repository import Ledger, now_ms
 from .states import LedgerError
 
@@ -57,11 +59,20 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="allow a planned/running/replaying batch idle for this long (seconds)",
     )
-    pr = add("prune", "Delete old finished batches and their ranges (never past a commit or a head).")
+    pr = add(
+        "prune",
+        "Delete old finished batches and their ranges (never past a commit or a head); recorded losses "
+        "stay unless --losses-older-than-days is given.",
+    )
     pr.add_argument("--pipeline", required=True)
-    keep = pr.add_argument_group("what to keep (one or both)")
+    keep = pr.add_argument_group("what to keep (at least one)")
     keep.add_argument("--keep-batches", type=int, help="keep the newest N batches")
     keep.add_argument("--older-than-days", type=float, help="delete only batches that ended this long ago")
+    keep.add_argument(
+        "--losses-older-than-days",
+        type=float,
+        help="also delete recorded losses this old whose batch was pruned (kept otherwise)",
+    )
     return parser
 
 
@@ -109,11 +120,26 @@ def _run(args: argparse.Namespace, ledger: Ledger) -> int:
         )
         return 0
     if args.command == "prune":
-        if args.keep_batches is None and args.older_than_days is None:
-            print("error: give --keep-batches and/or --older-than-days", file=sys.stderr)
+        batches = args.keep_batches is not None or args.older_than_days is not None
+        if not batches and args.losses_older_than_days is None:
+            print(
+                "error: give --keep-batches and/or --older-than-days (and/or --losses-older-than-days)",
+                file=sys.stderr,
+            )
             return 2
-        older = None if args.older_than_days is None else now_ms() - int(args.older_than_days * 86_400_000)
-        result = ledger.prune(args.pipeline, keep_batches=args.keep_batches, older_than_ms=older)
+        result = PruneResult()
+        if batches:
+            older = (
+                None if args.older_than_days is None else now_ms() - int(args.older_than_days * 86_400_000)
+            )
+            result += ledger.prune(args.pipeline, keep_batches=args.keep_batches, older_than_ms=older)
+        if args.losses_older_than_days is not None:
+            if not args.losses_older_than_days > 0:
+                print("error: --losses-older-than-days must be > 0", file=sys.stderr)
+                return 2
+            result += ledger.prune_losses(
+                args.pipeline, older_than_ms=now_ms() - int(args.losses_older_than_days * 86_400_000)
+            )
         print(
             f"Pipeline {args.pipeline!r}: pruned {result.batches} batches, {result.ranges} ranges, "
             f"{result.losses} loss records."

@@ -61,7 +61,8 @@ def record_spans(
 
 
 def batch_losses(conn: Connection, pipeline: str, limit: int) -> list[BatchLosses]:
-    """The newest ``limit`` batches of ``pipeline`` with recorded losses, newest first."""
+    """The newest ``limit`` batches of ``pipeline`` with recorded losses, newest first (those whose
+    batch was pruned from the ledger too, with status None)."""
     ids = (
         select(_lt.c.batch_id)
         .where(_lt.c.pipeline == pipeline)
@@ -71,12 +72,16 @@ def batch_losses(conn: Connection, pipeline: str, limit: int) -> list[BatchLosse
         .subquery()
     )
     rows = conn.execute(
+        # an outer join: the losses of a batch pruned from the ledger are listed too (status None)
         select(_lt, batch_table.c.status)
-        .join(batch_table, batch_table.c.batch_id == _lt.c.batch_id)
+        .outerjoin(
+            batch_table,
+            (batch_table.c.batch_id == _lt.c.batch_id) & (batch_table.c.pipeline == _lt.c.pipeline),
+        )
         .where(_lt.c.batch_id.in_(select(ids.c.batch_id)))
         .order_by(_lt.c.batch_id.desc(), _lt.c.topic, _lt.c.partition, _lt.c.from_offset)
     ).all()
-    out: dict[int, tuple[str, list[LossRecord]]] = {}
+    out: dict[int, tuple[str | None, list[LossRecord]]] = {}
     for row in rows:
         m = row._mapping
         record = LossRecord(

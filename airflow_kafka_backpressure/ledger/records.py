@@ -167,10 +167,11 @@ class LossRecord:
 
 @dataclass(frozen=True)
 class BatchLosses:
-    """Everything recorded as lost for one batch (monitoring page)."""
+    """Everything recorded as lost for one batch (monitoring page). ``status``: the batch's status,
+    None once the batch itself was pruned from the ledger (its losses stay: see ``prune_losses``)."""
 
     batch_id: int
-    status: str
+    status: str | None
     spans: tuple[LossRecord, ...]
 
     @property
@@ -188,7 +189,8 @@ class BatchLosses:
 
 @dataclass(frozen=True)
 class PruneResult:
-    """What :meth:`Ledger.prune` deleted."""
+    """What :meth:`Ledger.prune` deleted (``losses``: loss records, deleted only by their own
+    retention, :meth:`Ledger.prune_losses`)."""
 
     batches: int = 0
     ranges: int = 0

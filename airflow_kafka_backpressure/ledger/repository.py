@@ -124,7 +124,8 @@ class Ledger(PlansMixin, TransitionsMixin):
         older_than_ms: int | None = None,
         chunk: int = 500,
     ) -> PruneResult:
-        """Delete old finished batches (succeeded, replayed, abandoned) with their ranges and losses.
+        """Delete old finished batches (succeeded, replayed, abandoned) with their ranges. Their
+        recorded losses stay (:meth:`losses` lists them; :meth:`prune_losses` is their retention).
 
         ``keep_batches``: keep the newest N batches of the pipeline; ``older_than_ms``: delete only
         batches that ended (else were planned) before this epoch-ms time; both: both must allow it.
@@ -150,3 +151,10 @@ class Ledger(PlansMixin, TransitionsMixin):
             if last is None or done.batches == 0:
                 return total
             after_id = last
+
+    def prune_losses(self, pipeline: str, *, older_than_ms: int) -> PruneResult:
+        """Delete the recorded losses of ``pipeline`` recorded before ``older_than_ms`` (epoch ms)
+        whose batch was pruned already: a batch in the ledger keeps all of its losses. Returns the
+        loss records deleted (``losses``)."""
+        with self.engine.begin() as conn:
+            return PruneResult(losses=retention.prune_losses(conn, pipeline, int(older_than_ms)))

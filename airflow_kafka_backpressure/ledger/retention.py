@@ -1,4 +1,5 @@
-"""Retention: delete old finished batches from the fronts of the chains, one chunk per transaction.
+"""Retention: delete old finished batches from the fronts of the chains, one chunk per transaction;
+and, separately, old recorded losses whose batch is gone (:func:`prune_losses`).
 
 Only batches that are succeeded, replayed or abandoned go, only from the front of each partition's
 chain, never past a partition's commit watermark, never the range at a partition's head and never
@@ -6,11 +7,15 @@ the pipeline's newest batch (:func:`~airflow_kafka_backpressure.ledger.chain.pru
 the same transaction the first kept range of each chain becomes its start (``prev_until`` = NULL),
 so the chain constraints hold at every commit. The chain's foreign key is deferred to the commit for
 that moment; commit watermarks and heads are not touched.
+
+A pruned batch's recorded losses (``kbp_losses``) stay: they are the record of offsets that were
+never written, and an operator looks for them long after the batch's row stopped mattering. They go
+only by their own retention, :func:`prune_losses`.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, bindparam, delete, func, select, update
+from sqlalchemy import Connection, bindparam, delete, exists, func, select, update
 
 from ..models import TopicPartition
 from .chain import PrunableRange, prunable_batches
@@ -18,7 +23,7 @@ from .records import PruneResult
 from .schema import CHAIN_FOREIGN_KEY, batch_table, loss_table, partition_table, range_table
 from .states import FINISHED_BATCH_STATUSES
 
-__all__ = ["prune_chunk", "prune_cutoff"]
+__all__ = ["prune_chunk", "prune_cutoff", "prune_losses"]
 
 _bt, _rt, _pt = batch_table, range_table, partition_table
 
@@ -93,7 +98,6 @@ def prune_chunk(
     if not chosen:
         return PruneResult(), ids[-1]
     _defer_chain_check(conn)
-    n_losses = conn.execute(delete(loss_table).where(loss_table.c.batch_id.in_(chosen))).rowcount
     n_ranges = conn.execute(delete(_rt).where(_rt.c.batch_id.in_(chosen))).rowcount
     if new_starts:
         conn.execute(
@@ -108,7 +112,19 @@ def prune_chunk(
             [{"t": tp.topic, "n": tp.partition, "f": f} for tp, f in sorted(new_starts.items())],
         )
     n_batches = conn.execute(delete(_bt).where(_bt.c.batch_id.in_(chosen))).rowcount
-    return PruneResult(n_batches, n_ranges, n_losses), ids[-1]
+    return PruneResult(n_batches, n_ranges), ids[-1]
+
+
+def prune_losses(conn: Connection, pipeline: str, older_than_ms: int) -> int:
+    """Delete the recorded losses of ``pipeline`` recorded before ``older_than_ms`` whose batch is no
+    longer in the ledger (a batch still there keeps every loss of it); returns the rows deleted."""
+    lt = loss_table
+    batch_gone = ~exists().where(_bt.c.batch_id == lt.c.batch_id, _bt.c.pipeline == lt.c.pipeline)
+    return int(
+        conn.execute(
+            delete(lt).where(lt.c.pipeline == pipeline, lt.c.recorded_at_ms < int(older_than_ms), batch_gone)
+        ).rowcount
+    )
 
 
 def _defer_chain_check(conn: Connection) -> None:

@@ -167,7 +167,9 @@ partition_table = Table(
 )
 
 #: Offsets recorded as lost, per batch: found by its plan, by its replay, or given up by abandon().
-#: Disjoint spans inside the batch's ranges; the monitoring page lists them.
+#: Disjoint spans inside the batch's ranges; the monitoring page lists them. No foreign key to the
+#: batch: a loss outlives its batch when old batches are pruned (``batch_id`` stays as a number) and
+#: has its own retention (:meth:`~.repository.Ledger.prune_losses`, ``ledger_keep_losses_days``).
 loss_table = Table(
     "kbp_losses",
     metadata,
@@ -181,7 +183,6 @@ loss_table = Table(
     Column("kind", String(16), nullable=False),
     Column("reason", Text),
     Column("recorded_at_ms", BigInteger, nullable=False),
-    ForeignKeyConstraint(["batch_id", "pipeline"], ["kbp_batches.batch_id", "kbp_batches.pipeline"]),
     UniqueConstraint("batch_id", "topic", "partition", "from_offset"),
     CheckConstraint("until_offset > from_offset AND from_offset >= 0", name="non_empty"),
     CheckConstraint(_in("kind", LOSS_KINDS), name="kind"),

@@ -118,8 +118,10 @@ class RecordBatchMetricsOperator(PipelineOperator):
     def _prune(self, ledger: Ledger) -> int | None:
         """Apply the pipeline's ledger retention (``ledger_keep_batches``/``ledger_keep_days``) after
         the commit; returns the batches deleted (None: retention off, or it failed this time). A
-        failure is logged, never fails the batch: the next record task tries again."""
+        failure is logged, never fails the batch: the next record task tries again. Recorded losses
+        outlive their batches; ``ledger_keep_losses_days`` is their own retention."""
         p = self.pipeline
+        self._prune_losses(ledger)
         if p.ledger_keep_batches is None and p.ledger_keep_days is None:
             return None
         older_than_ms = None
@@ -140,6 +142,26 @@ class RecordBatchMetricsOperator(PipelineOperator):
                 result,
             )
         return int(result.batches)
+
+    def _prune_losses(self, ledger: Ledger) -> None:
+        p = self.pipeline
+        if p.ledger_keep_losses_days is None:
+            return
+        older_than_ms = int((time.time() - p.ledger_keep_losses_days * 86400) * 1000)
+        try:
+            result = ledger.prune_losses(p.name, older_than_ms=older_than_ms)
+        except Exception as e:  # noqa: BLE001 - housekeeping, as above
+            self.log.warning(
+                "Pipeline %s: pruning old recorded losses failed (the next batch tries again): %s", p.name, e
+            )
+            return
+        if result.losses:
+            self.log.info(
+                "Pipeline %s: deleted %s recorded loss(es) older than %g days whose batches were pruned",
+                p.name,
+                result.losses,
+                p.ledger_keep_losses_days,
+            )
 
     def execute(self, context: Context) -> RecordResult:
         p = self.pipeline

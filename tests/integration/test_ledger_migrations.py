@@ -298,3 +298,31 @@ def test_the_upgrade_command(tmp_path):
     assert f"already at revision {head_revision()}" in again.stdout
     with Ledger(url) as led:
         assert led.heads(P) == {TP0: 35, TP1: 12, TP2: 7}
+
+
+def test_losses_recorded_before_the_upgrade_outlive_their_pruned_batches(new_database):
+    """Issue 39, item 8: revision 0005 lets a recorded loss outlive its batch (kbp_losses no longer
+    references kbp_batches). A ledger at 0004 with a loss is upgraded; pruning the batch keeps the
+    loss, with every column of its row."""
+    url = new_database()
+    with Ledger(url) as led:
+        led.upgrade("0004")
+        ids = []
+        for i in range(3):
+            b = led.record_plan(P, f"run-{i}", [OffsetRange(T, 0, 10 * i, 10 * i + 10)], "/sink", 5000, 0)
+            led.mark_running(b.batch_id)
+            if i == 0:
+                led.mark_failed(b.batch_id, "boom")
+                led.abandon(b.batch_id, "retention deleted them", at_ms=7_000)
+            else:
+                led.mark_succeeded(b.batch_id, 10, 1)
+            ids.append(b.batch_id)
+        before = led.losses(P)
+        assert [(x.batch_id, x.status, x.lost) for x in before] == [(ids[0], "abandoned", 10)]
+        assert led.upgrade() == ("0004", head_revision())
+        assert led.prune(P, keep_batches=1).batches == 2
+        assert led.batch(ids[0]) is None
+        (after,) = led.losses(P)
+        assert (after.batch_id, after.status, after.spans) == (ids[0], None, before[0].spans)
+    fks = schema_of(url)["kbp_losses"]["foreign_keys"]
+    assert fks == []

@@ -8,6 +8,7 @@ deleted.
 from __future__ import annotations
 
 import shlex
+import time
 
 import pytest
 from sqlalchemy import text
@@ -30,14 +31,15 @@ def plan(led: Ledger, run: str, *ranges: OffsetRange, data_loss=(), pipeline: st
 
 
 def run_batches(
-    led: Ledger, n: int, *, width: int = 10, fail: tuple[int, ...] = (), partitions: int = 2
+    led: Ledger, n: int, *, width: int = 10, fail: tuple[int, ...] = (), partitions: int = 2, start: int = 0
 ) -> list[int]:
-    """``n`` batches of one ``width`` range per partition; the i-th in ``fail`` fails, others succeed."""
+    """``n`` batches of one ``width`` range per partition; the i-th in ``fail`` fails, others succeed.
+    ``start``: the number of batches before them (their offsets continue from there)."""
     ids = []
-    for i in range(n):
+    for i in range(start, start + n):
         b = plan(led, f"run-{i}", *[r(p, width * i, width * (i + 1)) for p in range(partitions)])
         led.mark_running(b, at_ms=1_000 + i)
-        if i in fail:
+        if i - start in fail:
             led.mark_failed(b, "boom", at_ms=2_000 + i)
         else:
             led.mark_succeeded(b, width * partitions, 1, at_ms=2_000 + i)
@@ -246,8 +248,9 @@ def test_prune_by_age_and_of_abandoned_batches(ledger: Ledger):
     ids = run_batches(ledger, 5, fail=(1,))
     ledger.abandon(ids[1], "gone", at_ms=2_001)
     result = ledger.prune(P, older_than_ms=2_002)  # ended at 2000 (ids[0]) and 2001 (abandoned ids[1])
-    assert result.batches == 2 and result.losses == 2
-    assert ledger.losses(P) == []
+    assert result.batches == 2 and result.losses == 0
+    # the abandoned batch's losses stay (issue 39, item 8): its row is gone, so no status
+    assert [(x.batch_id, x.status, x.lost) for x in ledger.losses(P)] == [(ids[1], None, 20)]
     assert sorted(b.batch_id for b in ledger.recent_batches(P, 100)) == ids[2:]
     assert ledger.committable_offsets(P) == {TP0: 50, TP1: 50}
     with pytest.raises(ValueError, match="keep_batches and/or older_than_ms"):
@@ -255,6 +258,63 @@ def test_prune_by_age_and_of_abandoned_batches(ledger: Ledger):
     with pytest.raises(ValueError, match="keep_batches must be >= 1"):
         ledger.prune(P, keep_batches=0)
     assert_chains_enforced(ledger)
+
+
+def test_recorded_losses_outlive_their_pruned_batches_until_their_own_retention(ledger: Ledger):
+    """Issue 39, item 8: pruning old batches (``ledger_keep_batches``) deleted their recorded
+    losses with them, so a retention or topic-reset loss vanished from the ledger and the page a few
+    days later. The losses stay, listed as before, and go only by their own retention."""
+    from airflow_kafka_backpressure.plugins import views
+
+    ids = run_batches(ledger, 5, fail=(1, 2))
+    ledger.abandon(ids[1], "retention deleted them", at_ms=2_001)
+    ledger.mark_replaying(ids[2], at_ms=2_500)
+    assert ledger.record_losses(ids[2], [DataLoss(T, 0, 20, 23)], "retention, before the replay", at_ms=3_000)
+    ledger.mark_replayed(ids[2], 17, 1, at_ms=3_001)
+    before = [x.to_dict() for x in ledger.losses(P)]
+    assert [(x["batch_id"], x["status"], x["lost"]) for x in before] == [
+        (ids[2], "replayed", 3),
+        (ids[1], "abandoned", 20),
+    ]
+
+    result = ledger.prune(P, keep_batches=1)
+    assert (result.batches, result.losses) == (4, 0)
+    assert [b.batch_id for b in ledger.recent_batches(P, 100)] == [ids[4]]
+    after = [x.to_dict() for x in ledger.losses(P)]
+    assert after == [{**x, "status": None} for x in before]  # every span, count and reason kept
+    assert views.losses(ledger, P, 10) == after  # what the monitoring page's losses API lists
+    assert ledger.losses("other") == []
+
+    # their own retention: only those recorded before the cut whose batch is gone (a batch still in
+    # the ledger keeps all of its losses, however old)
+    (later,) = run_batches(ledger, 1, fail=(0,), start=5)
+    ledger.abandon(later, "an old loss of a batch still in the ledger", at_ms=1_000)
+    assert ledger.prune_losses(P, older_than_ms=2_500).losses == 2  # the abandon's two spans (2_001)
+    assert [(x.batch_id, x.lost) for x in ledger.losses(P)] == [(later, 20), (ids[2], 3)]
+    assert ledger.prune_losses(P, older_than_ms=3_001).losses == 1
+    assert [x.batch_id for x in ledger.losses(P)] == [later]
+    assert_chains_enforced(ledger)
+
+
+def test_the_record_task_keeps_losses_for_ledger_keep_losses_days(ledger: Ledger):
+    """The record task's retention (``ledger_keep_batches``, and ``ledger_keep_losses_days`` for
+    recorded losses), run by the real operator against the real ledger."""
+    from airflow_kafka_backpressure.operators import RecordBatchMetricsOperator
+    from airflow_kafka_backpressure.pipeline import PipelineConfig
+
+    now = int(time.time() * 1000)
+    ids = run_batches(ledger, 4, fail=(0, 1))
+    ledger.abandon(ids[0], "retention deleted them", at_ms=now - 3 * 86_400_000)  # 3 days ago
+    ledger.abandon(ids[1], "a topic reset", at_ms=now - 3_600_000)  # an hour ago
+
+    def record_task(**fields) -> RecordBatchMetricsOperator:
+        p = PipelineConfig(name=P, topics=(T,), sink="/s", ledger_keep_batches=1, **fields)
+        return RecordBatchMetricsOperator(task_id=f"record_{len(fields)}", pipeline=p)
+
+    assert record_task()._prune(ledger) == 3
+    assert [(x.batch_id, x.status) for x in ledger.losses(P)] == [(ids[1], None), (ids[0], None)]
+    assert record_task(ledger_keep_losses_days=1.0)._prune(ledger) == 0
+    assert [x.batch_id for x in ledger.losses(P)] == [ids[1]]  # the one 3 days old went
 
 
 def test_prune_works_per_partition_and_in_chunks(ledger: Ledger):
@@ -307,11 +367,23 @@ def test_the_abandon_and_prune_commands(tmp_path, capsys):
         in capsys.readouterr().out
     )
     assert main(["prune", "--url", url, "--pipeline", P, "--keep-batches", "1"]) == 0
-    assert "pruned 3 batches, 6 ranges, 2 loss records" in capsys.readouterr().out
+    assert "pruned 3 batches, 6 ranges, 0 loss records" in capsys.readouterr().out
     assert main(["prune", "--url", url, "--pipeline", P]) == 2
+    assert "--losses-older-than-days" in capsys.readouterr().err
     with Ledger(url) as led:
         assert [b.batch_id for b in led.recent_batches(P, 10)] == [ids[3]]
         assert led.committable_offsets(P) == {TP0: 40, TP1: 40}
+        assert [(x.batch_id, x.status, x.lost) for x in led.losses(P)] == [(ids[1], None, 20)]
+    # the abandon was recorded just now: a day's retention keeps it, a tiny one deletes it
+    assert main(["prune", "--url", url, "--pipeline", P, "--losses-older-than-days", "1"]) == 0
+    assert "pruned 0 batches, 0 ranges, 0 loss records" in capsys.readouterr().out
+    assert main(["prune", "--url", url, "--pipeline", P, "--losses-older-than-days", "0"]) == 2
+    assert "must be > 0" in capsys.readouterr().err
+    time.sleep(0.01)
+    assert main(["prune", "--url", url, "--pipeline", P, "--losses-older-than-days", "1e-10"]) == 0
+    assert "pruned 0 batches, 0 ranges, 2 loss records" in capsys.readouterr().out
+    with Ledger(url) as led:
+        assert led.losses(P) == []
 
 
 def test_the_commands_resolve_an_airflow_connection(tmp_path):

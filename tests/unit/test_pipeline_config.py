@@ -22,6 +22,9 @@ def load(**overrides):
 def test_a_valid_file_loads_with_the_defaults():
     (p,) = load(batch_interval_s=30, stale_after_s=7200, replay_interval_s=60)
     assert p.topics == ("orders",) and p.stale_after_s == 7200.0 and p.kafka_timeout_s == 30.0
+    assert p.ledger_keep_losses_days is None  # recorded losses are kept unless told otherwise
+    (q,) = load(ledger_keep_losses_days=90)
+    assert q.ledger_keep_losses_days == 90 and q.to_dict()["ledger_keep_losses_days"] == 90
 
 
 @pytest.mark.parametrize(
@@ -44,6 +47,9 @@ def test_a_valid_file_loads_with_the_defaults():
         ({"replay_interval_s": 0.2}, ["replay_interval_s", "at least 1 s"]),
         ({"batch_interval_s": 0.01}, ["batch_interval_s", "at least 1 s"]),
         ({"task_timeout_s": 0}, ["task_timeout_s", "> 0"]),
+        # recorded losses' own retention (issue 39, item 8)
+        ({"ledger_keep_losses_days": 0}, ["ledger_keep_losses_days", "> 0", "keep every recorded loss"]),
+        ({"ledger_keep_losses_days": "30"}, ["ledger_keep_losses_days", "a number or null"]),
         # timing rules between fields
         (
             {"stall_timeout_s": 900},
