@@ -2,7 +2,7 @@
 
 The ingest DAG runs once per batch interval, one run at a time (``max_active_runs=1``), so each
 run's plan starts where the previous one ended. The replay DAG waits for failed batches and replays
-them, earliest first. Both are built from a :class:`~airflow_kafka_backpressure.pipeline.PipelineConfig`.
+them, those due first (:mod:`.ledger.replay_queue`). Both are built from a :class:`~airflow_kafka_backpressure.pipeline.PipelineConfig`.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def build_replay_dag(p: PipelineConfig, **dag_kwargs: Any) -> DAG:
         max_active_runs=1,
         default_args={"retries": 0},
         tags=["kafka-backpressure", p.name, "replay", *p.tags],
-        doc_md=f"Replays failed batches of pipeline `{p.name}`, earliest first, with the same ranges and sink path.",
+        doc_md=f"Replays failed batches of pipeline `{p.name}` that are due (a batch whose replays keep failing waits a growing backoff), with the same ranges and sink path.",
     )
     args.update(dag_kwargs)
     t = task_timeouts(p)

@@ -52,6 +52,7 @@ from .chain import ChainSegment, chain_segments
 from .commands import abandon_command, ledger_command
 from .engine import DEFAULT_TIMEOUT_S, default_ledger_url
 from .records import BatchLosses, BatchRecord, LossRecord, PruneResult, RangeRecord
+from .replay_queue import REPLAY_BACKOFF_MAX_S, ReplayQueue
 from .repository import Ledger, now_ms
 from .schema import batch_table, loss_table, metadata, partition_table, range_table
 from .states import (
@@ -97,6 +98,7 @@ __all__ = [
     "LOST",
     "PLANNED",
     "RANGE_STATUSES",
+    "REPLAY_BACKOFF_MAX_S",
     "REPLAYED",
     "REPLAYING",
     "RUNNING",
@@ -116,6 +118,7 @@ __all__ = [
     "LossRecord",
     "PruneResult",
     "RangeRecord",
+    "ReplayQueue",
     "UnknownBatch",
     "abandon_command",
     "batch_table",

@@ -35,6 +35,9 @@ class BatchRecord:
     #: Until when (epoch ms) that attempt holds it; after that the batch counts as abandoned by its
     #: worker and may be replayed. None: no lease (``stale_before_ms`` decides instead).
     lease_expires_at_ms: int | None = None
+    #: Replays of this batch that failed (or whose worker died) since it last ran on the main line;
+    #: the replay queue tries such batches after the others, with a backoff (``replay_queue``).
+    replay_failures: int = 0
 
     @property
     def ranges(self) -> tuple[OffsetRange, ...]:
@@ -69,6 +72,7 @@ class BatchRecord:
             "error": self.error,
             "sink": self.sink,
             "lease_expires_at_ms": self.lease_expires_at_ms,
+            "replay_failures": self.replay_failures,
             "plan": self.plan.to_dict(),
         }
 
@@ -116,6 +120,7 @@ def batch_record(row: Any) -> BatchRecord:
         plan=BatchPlan.from_json(m["plan_json"]),
         owner_token=m["owner_token"],
         lease_expires_at_ms=m["lease_expires_at_ms"],
+        replay_failures=int(m["replay_failures"] or 0),
     )
 
 

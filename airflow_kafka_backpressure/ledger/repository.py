@@ -12,6 +12,7 @@ from .base import at_or_now, now_ms
 from .losses import batch_losses
 from .plans import PlansMixin
 from .records import BatchLosses, BatchRecord, PruneResult, RangeRecord, batch_record, range_record
+from .replay_queue import ReplayQueue, replay_queue
 from .schema import batch_table, range_table
 from .states import BATCH_STATUSES, FAILED, IN_FLIGHT_STATUSES
 from .transitions import TransitionsMixin
@@ -72,6 +73,22 @@ class Ledger(PlansMixin, TransitionsMixin):
                 )
             ).all()
         return sorted((batch_record(r) for r in rows), key=lambda b: b.batch_id)
+
+    def replay_queue(
+        self,
+        pipeline: str,
+        stale_before_ms: int | None = None,
+        *,
+        backoff_base_ms: int,
+        backoff_max_ms: int | None = None,
+        now_ms: int | None = None,
+    ) -> ReplayQueue:
+        """The :meth:`replayable_batches` split into those due now, in the order a replay takes them,
+        and those waiting for their backoff after failed replays (:mod:`.replay_queue`):
+        ``backoff_base_ms`` is the replay interval."""
+        now = at_or_now(now_ms)
+        batches = self.replayable_batches(pipeline, stale_before_ms, now_ms=now)
+        return replay_queue(batches, now, int(backoff_base_ms), backoff_max_ms)
 
     def committable_offsets(self, pipeline: str) -> dict[TopicPartition, int]:
         """Per partition, the end of the contiguous run of done ranges (succeeded, replayed, lost)

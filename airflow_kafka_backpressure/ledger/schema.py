@@ -76,6 +76,8 @@ batch_table = Table(
     # The attempt that owns the running batch and until when (epoch ms): see Ledger.renew_lease.
     Column("owner_token", String(64)),
     Column("lease_expires_at_ms", BigInteger),
+    # Replays of the batch that failed since it last ran on the main line: orders the replay queue.
+    Column("replay_failures", Integer, nullable=False, default=0, server_default="0"),
     UniqueConstraint("pipeline", "run_id"),
     # Lets kbp_ranges reference (batch_id, pipeline): a range cannot belong to another pipeline's batch.
     UniqueConstraint("batch_id", "pipeline"),

@@ -252,6 +252,7 @@ class TransitionsMixin(LedgerBase):
             new_values["status"] = target
             if count_attempt:
                 new_values["attempts"] = batch_table.c.attempts + 1
+            new_values.update(_replay_failures(current.status, target))
             # Compare-and-set on the status read above (belt and braces with the row lock).
             n = conn.execute(
                 update(batch_table)
@@ -340,6 +341,17 @@ class TransitionsMixin(LedgerBase):
                 )
             check_losses_inside(batch_id, list(lost), _open_ranges(conn, batch_id))
             return record_spans(conn, current.pipeline, batch_id, list(lost), "replay", reason, at)
+
+
+def _replay_failures(current: str, target: str) -> dict[str, Any]:
+    """How a transition changes ``replay_failures``: a replay that failed (``replaying`` → ``failed``)
+    or whose worker died (a stale ``replaying`` claimed again) counts one; running on the main line
+    again (a cleared ingest run) starts afresh."""
+    if current == REPLAYING and target in (FAILED, REPLAYING):
+        return {"replay_failures": batch_table.c.replay_failures + 1}
+    if target == RUNNING:
+        return {"replay_failures": 0}
+    return {}
 
 
 def _open_ranges(conn: Connection, batch_id: int) -> list[OffsetRange]:

@@ -1,4 +1,4 @@
-"""ReplayFailedRangesOperator: re-run failed batches, earliest first, exactly as planned."""
+"""ReplayFailedRangesOperator: re-run the failed batches that are due, exactly as planned."""
 
 from __future__ import annotations
 
@@ -22,16 +22,28 @@ def stale_before_ms(pipeline: PipelineConfig, now_ms: int | None = None) -> int:
     return now - int((pipeline.stale_after_s or DEFAULT_STALE_AFTER_S) * 1000)
 
 
+def replay_backoff_base_ms(pipeline: PipelineConfig) -> int:
+    """The first wait of a batch whose replay failed (it doubles per failure): the replay interval
+    (``replay_interval_s``, default 5 batch intervals), so it is tried again about one run later."""
+    return int((pipeline.replay_interval_s or 5 * pipeline.batch_interval_s) * 1000)
+
+
 class ReplayFailedRangesOperator(BatchRunningOperator):
-    """Replay the pipeline's failed batches, earliest first, with the same batch id and sink path.
+    """Replay the pipeline's failed batches, with the same batch id and sink path.
 
     Each batch is claimed in the ledger (failed → replaying; a concurrent replayer cannot claim it
     too), run with the plan it was given, and marked replayed once its output is swapped in.
 
+    * **Which batches, in which order** (:mod:`..ledger.replay_queue`): the batches due for a
+      replay, in the order they became due, at most ``max_batches``. A failed batch is due from when
+      it failed; one whose replays failed ``k`` times in a row (refused by retention or a topic reset
+      under ``"fail"``, a poison batch) is due again only a backoff after that (the replay interval,
+      doubling per failure, at most an hour). So batches refused every time never fill every run:
+      the batches behind them are tried, while the refused ones are still retried now and then.
     * **One failure does not stall the rest**: a batch whose replay fails is marked failed again
       with its error and the loop goes on with the next one; the task fails at the end, naming
       every batch that failed. The consumer group is committed to the contiguous finished offsets,
-      so it still never passes a failed batch (earliest first), while later batches are written.
+      so it still never passes a failed batch, whatever the order, while later batches are written.
     * **Retention**: before a batch is claimed its ranges are compared with the partitions'
       earliest offsets as the broker reports them (:mod:`..replay_decision`). With
       ``on_data_loss="skip"`` the deleted offsets are recorded as lost and the rest is replayed;
@@ -53,11 +65,28 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
         p = self.pipeline
         ledger = self.ledger
         stale = stale_before_ms(p)
-        todo = ledger.replayable_batches(p.name, stale_before_ms=stale)
-        if self.max_batches is not None:
+        queue = ledger.replay_queue(p.name, stale, backoff_base_ms=replay_backoff_base_ms(p))
+        todo = list(queue.due)
+        if self.max_batches is not None and len(todo) > self.max_batches:
+            self.log.info(
+                "Pipeline %s: %s batches are due; this run replays %s (the rest, from batch %s, wait for the "
+                "next run)",
+                p.name,
+                len(todo),
+                self.max_batches,
+                todo[self.max_batches].batch_id,
+            )
             todo = todo[: self.max_batches]
+        for batch, due in queue.waiting:
+            self.log.info(
+                "Batch %s: its replay failed %s time(s) in a row (%s); tried again from %s",
+                batch.batch_id,
+                batch.replay_failures or 1,
+                (batch.error or "its worker died").splitlines()[0][:200],
+                time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(due / 1000)),
+            )
         if not todo:
-            self.log.info("Nothing to replay for pipeline %s", p.name)
+            self.log.info("Nothing to replay for pipeline %s now", p.name)
             return []
         settings = load_settings(p)
         executors = load_executor_target(p, settings)["executors"]

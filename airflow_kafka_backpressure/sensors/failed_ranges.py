@@ -7,13 +7,15 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue
 
 from ..operators.common import as_pipeline, ledger_for
-from ..operators.replay import stale_before_ms
+from ..operators.replay import replay_backoff_base_ms, stale_before_ms
 from ..pipeline import PipelineConfig
 from .deferrable import DeferrablePollingSensor
 
 
 class FailedRangesSensor(DeferrablePollingSensor):
-    """Wait for failed (or abandoned) batches; returns their ids, earliest first, as XCom.
+    """Wait for failed (or abandoned) batches due for a replay; returns their ids, in the order the
+    replay takes them, as XCom. Batches waiting for their backoff after failed replays do not count
+    (:mod:`..ledger.replay_queue`): while only those are left, the run is skipped.
 
     ``deferrable=True`` hands the wait to :class:`FailedRangesTrigger`, freeing the worker slot; the
     trigger stores the ledger's connection id, never its URL.
@@ -27,7 +29,10 @@ class FailedRangesSensor(DeferrablePollingSensor):
 
     def poke(self, context: Context) -> PokeReturnValue:
         p = self.pipeline
-        ids = [b.batch_id for b in ledger_for(p).replayable_batches(p.name, stale_before_ms(p))]
+        queue = ledger_for(p).replay_queue(
+            p.name, stale_before_ms(p), backoff_base_ms=replay_backoff_base_ms(p)
+        )
+        ids = [b.batch_id for b in queue.due]
         if ids:
             self.log.info("Batches to replay for %s: %s", p.name, ids)
         return PokeReturnValue(is_done=bool(ids), xcom_value=ids or None)
@@ -38,7 +43,12 @@ class FailedRangesSensor(DeferrablePollingSensor):
 
         p = self.pipeline
         return FailedRangesTrigger(
-            p.ledger_conn_id, p.name, stale_before_ms(p), float(self.poke_interval), deadline_ms
+            p.ledger_conn_id,
+            p.name,
+            stale_before_ms(p),
+            float(self.poke_interval),
+            deadline_ms,
+            backoff_base_ms=replay_backoff_base_ms(p),
         )
 
     def result(self, event: dict[str, Any]) -> list[int]:

@@ -12,12 +12,22 @@ from typing import Any
 from .polling import PollingTrigger
 
 
-def replayable_batch_ids(ledger_conn_id: str | None, pipeline: str, stale_before_ms: int | None) -> list[int]:
+def replayable_batch_ids(
+    ledger_conn_id: str | None,
+    pipeline: str,
+    stale_before_ms: int | None,
+    backoff_base_ms: int | None = None,
+) -> list[int]:
+    """The batches due for a replay (``backoff_base_ms`` None: every replayable batch, as a trigger
+    deferred before the replay backoff existed checks)."""
     from ..hooks.ledger import LedgerHook  # defers the hook and SQLAlchemy: in the triggerer, when it checks
 
+    ledger = LedgerHook(ledger_conn_id).get_conn()
+    if backoff_base_ms is None:
+        return [b.batch_id for b in ledger.replayable_batches(pipeline, stale_before_ms)]
     return [
         b.batch_id
-        for b in LedgerHook(ledger_conn_id).get_conn().replayable_batches(pipeline, stale_before_ms)
+        for b in ledger.replay_queue(pipeline, stale_before_ms, backoff_base_ms=backoff_base_ms).due
     ]
 
 
@@ -37,6 +47,7 @@ class FailedRangesTrigger(PollingTrigger):
         deadline_ms: int | None = None,
         *,
         ledger_url: str | None = None,
+        backoff_base_ms: int | None = None,
     ):
         super().__init__(poll_interval_s, deadline_ms)
         if not pipeline:
@@ -44,6 +55,7 @@ class FailedRangesTrigger(PollingTrigger):
         self.ledger_conn_id = ledger_conn_id
         self.pipeline = pipeline
         self.stale_before_ms = stale_before_ms
+        self.backoff_base_ms = backoff_base_ms
         self._legacy_url = ledger_url
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -54,6 +66,8 @@ class FailedRangesTrigger(PollingTrigger):
             "poll_interval_s": self.poll_interval_s,
             "deadline_ms": self.deadline_ms,
         }
+        if self.backoff_base_ms is not None:
+            kwargs["backoff_base_ms"] = self.backoff_base_ms
         if self._legacy_url is not None:  # a 0.1.0 deferral being resumed: it has nothing else
             kwargs["ledger_url"] = self._legacy_url
         return "airflow_kafka_backpressure.triggers.failed_ranges.FailedRangesTrigger", kwargs
@@ -69,5 +83,7 @@ class FailedRangesTrigger(PollingTrigger):
                 )
             ]
         else:
-            ids = replayable_batch_ids(self.ledger_conn_id, self.pipeline, self.stale_before_ms)
+            ids = replayable_batch_ids(
+                self.ledger_conn_id, self.pipeline, self.stale_before_ms, self.backoff_base_ms
+            )
         return {"batch_ids": ids} if ids else None

@@ -122,3 +122,27 @@ def test_trigger_times_out_by_itself_at_its_deadline(tmp_path, monkeypatch):
     )
 
     assert first_event(trigger).payload == {"status": "timeout"}
+
+
+def test_trigger_skips_batches_in_their_replay_backoff_and_round_trips_it(tmp_path, monkeypatch):
+    """Issue 39, item 4: a batch whose replay just failed waits for its backoff; the trigger fires
+    for the batches that are due, in the order the replay takes them, not for the waiting one."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = Ledger(url)
+    ledger.create_all()
+    refused, later = _plan(ledger, "r1", 0), _plan(ledger, "r2", 10)
+    for b in (refused, later):
+        ledger.mark_running(b)
+        ledger.mark_failed(b, "boom")
+    ledger.mark_replaying(refused)
+    ledger.mark_failed(refused, "cannot be replayed: retention deleted its offsets")
+    conn_id = _ledger_connection(monkeypatch, "kbp_backoff_ledger", url)
+    trigger = FailedRangesTrigger(conn_id, "p", None, 0.05, backoff_base_ms=600_000)
+    _, kwargs = trigger.serialize()
+    assert kwargs["backoff_base_ms"] == 600_000
+    assert first_event(FailedRangesTrigger(**kwargs)).payload == {"status": "found", "batch_ids": [later]}
+    ledger.mark_replaying(later)
+    ledger.mark_replayed(later, 10, 1)
+    deadline = int(time.time() * 1000) + 300
+    waiting = FailedRangesTrigger(conn_id, "p", None, 0.05, deadline, backoff_base_ms=600_000)
+    assert first_event(waiting).payload == {"status": "timeout"}  # only the refused one, waiting

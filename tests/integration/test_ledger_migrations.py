@@ -302,27 +302,19 @@ def test_the_upgrade_command(tmp_path):
 
 def test_losses_recorded_before_the_upgrade_outlive_their_pruned_batches(new_database):
     """Issue 39, item 8: revision 0005 lets a recorded loss outlive its batch (kbp_losses no longer
-    references kbp_batches). A ledger at 0004 with a loss is upgraded; pruning the batch keeps the
-    loss, with every column of its row."""
+    references kbp_batches). The old ledger's loss (batch 3's, found by its plan) is upgraded with
+    it; pruning its batch keeps the loss, with every column of its row."""
     url = new_database()
+    legacy_ledger(url)
     with Ledger(url) as led:
-        led.upgrade("0004")
-        ids = []
-        for i in range(3):
-            b = led.record_plan(P, f"run-{i}", [OffsetRange(T, 0, 10 * i, 10 * i + 10)], "/sink", 5000, 0)
-            led.mark_running(b.batch_id)
-            if i == 0:
-                led.mark_failed(b.batch_id, "boom")
-                led.abandon(b.batch_id, "retention deleted them", at_ms=7_000)
-            else:
-                led.mark_succeeded(b.batch_id, 10, 1)
-            ids.append(b.batch_id)
+        led.upgrade()
+        led.mark_replaying(2)
+        led.mark_replayed(2, 10, 1)
+        led.record_plan(P, "run-5", [OffsetRange(T, 0, 35, 40), OffsetRange(T, 1, 12, 13)], "/sink", 5000, 0)
         before = led.losses(P)
-        assert [(x.batch_id, x.status, x.lost) for x in before] == [(ids[0], "abandoned", 10)]
-        assert led.upgrade() == ("0004", head_revision())
-        assert led.prune(P, keep_batches=1).batches == 2
-        assert led.batch(ids[0]) is None
+        assert [(x.batch_id, x.status, x.lost) for x in before] == [(3, "succeeded", 3)]
+        assert led.prune(P, keep_batches=1).batches == 3
+        assert led.batch(3) is None
         (after,) = led.losses(P)
-        assert (after.batch_id, after.status, after.spans) == (ids[0], None, before[0].spans)
-    fks = schema_of(url)["kbp_losses"]["foreign_keys"]
-    assert fks == []
+        assert (after.batch_id, after.status, after.spans) == (3, None, before[0].spans)
+    assert schema_of(url)["kbp_losses"]["foreign_keys"] == []

@@ -259,3 +259,56 @@ def test_a_written_batch_is_adopted_after_a_replay_that_died_before_its_check_an
     assert ledger.losses(p.name) == []  # nothing recorded as lost: every offset is in the sink
     assert sink_ids(p.sink) == Counter(range(40))
     assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic, q): 10 for q in range(4)}
+
+
+def failed_by_hand(p: PipelineConfig, ledger: Ledger, ranges_per_batch) -> list[int]:
+    """Batches planned with the given ranges (``[(partition, from, until), ...]`` each) and failed on
+    the main line, as a worker's plan and ingest tasks leave them when the sink was down."""
+    ledger.upgrade()  # what the DAG's tasks do on first use
+    ids = []
+    for i, ranges in enumerate(ranges_per_batch):
+        plan = ledger.record_plan(
+            p.name,
+            f"manual__{i}",
+            [OffsetRange(p.topics[0], q, a, b) for q, a, b in ranges],
+            p.sink,
+            p.batch_interval_ms,
+            int(time.time() * 1000),
+        )
+        ledger.mark_running(plan.batch_id, executors=1)
+        ledger.mark_failed(plan.batch_id, "the sink was down")
+        ids.append(plan.batch_id)
+    return ids
+
+
+def test_batches_refused_every_time_do_not_hold_back_the_ones_after_them(
+    make_pipeline, kafka_broker, monkeypatch
+):
+    """Issue 39, item 4, through the shipped replay DAG: each run took the N earliest failed batches,
+    so N batches that are refused every time (here retention under on_data_loss='fail'; N = 2 runs
+    per batch instead of 10, to keep the test short) blocked every later batch for good. Now the
+    next run replays the batch behind them, and the consumer group still does not pass them."""
+    from airflow_kafka_backpressure import dag_factory
+
+    monkeypatch.setattr(dag_factory, "REPLAY_BATCHES_PER_RUN", 2)
+    p, ledger = make_pipeline(replay_interval_s=600, on_data_loss="fail")
+    topic = p.topics[0]
+    produce(kafka_broker.bootstrap, topic, count=12, partitions=4)  # 3 records per partition
+    first, second, third = failed_by_hand(
+        p, ledger, [[(0, 0, 1)], [(0, 1, 2)], [(0, 2, 3), (1, 0, 3), (2, 0, 3), (3, 0, 3)]]
+    )
+    delete_records(kafka_broker.bootstrap, {TopicPartition(topic, 0): 2})  # batches 1 and 2: gone
+
+    r = af.run_dag(p.replay_dag_id, 0)
+    assert r.state == "failed", r.task_states
+    for b in (first, second):
+        assert ledger.batch(b).status == "failed" and "cannot be replayed" in ledger.batch(b).error
+    assert ledger.batch(third).status == "failed" and ledger.batch(third).attempts == 1  # not tried
+
+    again = af.run_dag(p.replay_dag_id, 1)
+    assert [x["batch_id"] for x in again.xcoms["replay"]] == [third]  # before: batches 1 and 2 again
+    assert ledger.batch(third).status == "replayed"
+    assert sink_ids(p.sink) == Counter([8, *(i for i in range(12) if i % 4)])  # batch 3's records
+    assert [(b.status, b.replay_failures) for b in map(ledger.batch, (first, second))] == [("failed", 1)] * 2
+    # partition 0 stays before failed batch 1; the others are committed past batch 3
+    assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic, q): 3 for q in (1, 2, 3)}
