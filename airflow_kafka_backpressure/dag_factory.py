@@ -18,6 +18,7 @@ from .operators import (
     ExecutorScalingOperator,
     PlanOffsetRangesOperator,
     RecordBatchMetricsOperator,
+    ReplayCheckOperator,
     ReplayFailedRangesOperator,
     SparkKafkaBatchOperator,
 )
@@ -69,6 +70,7 @@ def task_timeouts(p: PipelineConfig) -> dict[str, timedelta]:
         "scale": timedelta(seconds=control),
         "failed_ranges": timedelta(seconds=every + control),
         "replay": timedelta(seconds=REPLAY_BATCHES_PER_RUN * p.batch_task_timeout + control),
+        "check": timedelta(seconds=control),
     }
 
 
@@ -121,7 +123,12 @@ def build_replay_dag(p: PipelineConfig, **dag_kwargs: Any) -> DAG:
         replay = ReplayFailedRangesOperator(
             task_id="replay", pipeline=p, max_batches=REPLAY_BATCHES_PER_RUN, execution_timeout=t["replay"]
         )
-        wait >> replay
+        # fails the run when batches could not be replayed; the replay task succeeds, so that the
+        # Asset events of the batches it did replay are sent (Airflow sends them only on success)
+        check = ReplayCheckOperator(
+            task_id="check", pipeline=p, replay_task_id="replay", execution_timeout=t["check"]
+        )
+        wait >> replay >> check
     return dag
 
 

@@ -3,7 +3,7 @@
 from .ingest import SparkKafkaBatchOperator
 from .plan import PlanOffsetRangesOperator
 from .record import RecordBatchMetricsOperator
-from .replay import ReplayFailedRangesOperator
+from .replay import ReplayCheckOperator, ReplayFailedRangesOperator
 from .scale import ExecutorScalingOperator
 
 __all__ = [
@@ -12,4 +12,5 @@ __all__ = [
     "RecordBatchMetricsOperator",
     "ExecutorScalingOperator",
     "ReplayFailedRangesOperator",
+    "ReplayCheckOperator",
 ]

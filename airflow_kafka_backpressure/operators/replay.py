@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import Context
+from airflow.sdk import BaseOperator, Context
 
 from ..ledger import BatchRecord, LeaseLost
 from ..models import Adoption, BatchMetrics
@@ -13,7 +14,7 @@ from ..pipeline import DEFAULT_STALE_AFTER_S, PipelineConfig
 from ..replay_decision import retention_decision, trimmed_plan
 from ..topic_identity import RESET_REASON, topic_reset_decision
 from .batch import BatchRunningOperator
-from .common import commit_progress, load_executor_target, load_settings
+from .common import as_pipeline, commit_progress, load_executor_target, load_settings
 
 
 def stale_before_ms(pipeline: PipelineConfig, now_ms: int | None = None) -> int:
@@ -41,9 +42,17 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
       doubling per failure, at most an hour). So batches refused every time never fill every run:
       the batches behind them are tried, while the refused ones are still retried now and then.
     * **One failure does not stall the rest**: a batch whose replay fails is marked failed again
-      with its error and the loop goes on with the next one; the task fails at the end, naming
-      every batch that failed. The consumer group is committed to the contiguous finished offsets,
-      so it still never passes a failed batch, whatever the order, while later batches are written.
+      with its error and the loop goes on with the next one. The consumer group is committed to the
+      contiguous finished offsets, so it still never passes a failed batch, whatever the order,
+      while later batches are written.
+    * **Every replayed batch is announced, even when others fail**: Airflow sends a task's Asset
+      events only when the task succeeds, and the replayed batches are marked replayed already, so
+      failing this task would lose their events (a downstream "one run per batch" DAG would never
+      run for them). So batches that could not be replayed do not fail this task: they stay failed
+      in the ledger (replayed by a later run), the task logs them as a warning and pushes them as
+      XCom ``failed_batches`` (``[{"batch_id", "error"}]``; ``batch_id`` None for a problem of the
+      run, such as the consumer-group commit), and a :class:`ReplayCheckOperator` downstream (the
+      shipped replay DAG's ``check`` task) fails naming them: the DAG run still fails.
     * **Retention**: before a batch is claimed its ranges are compared with the partitions'
       earliest offsets as the broker reports them (:mod:`..replay_decision`). With
       ``on_data_loss="skip"`` the deleted offsets are recorded as lost and the rest is replayed;
@@ -93,7 +102,7 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
         kafka_props = self.kafka_hook.client_properties()
 
         replayed: list[dict[str, Any]] = []
-        failures: list[tuple[int, str]] = []
+        failures: list[tuple[int | None, str]] = []
         try:
             for batch in todo:
                 try:
@@ -110,15 +119,25 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
                     replayed.append(done)
         finally:
             if replayed:
-                with self.kafka_hook.get_conn() as kafka:
-                    committed = commit_progress(p, ledger, kafka)
-                self.log.info("Committed group %s: %s", p.group, committed)
+                try:
+                    with self.kafka_hook.get_conn() as kafka:
+                        committed = commit_progress(p, ledger, kafka)
+                    self.log.info("Committed group %s: %s", p.group, committed)
+                except Exception as e:  # noqa: BLE001 - the batches are replayed: their events must go
+                    message = (
+                        f"committing consumer group {p.group} failed ({type(e).__name__}: {e}); the next "
+                        "record or replay task commits the same offsets"
+                    )
+                    self.log.error(message)
+                    failures.append((None, message))
         self.emit_events(context)
         if failures:
-            raise ReplayFailed(
-                f"{len(failures)} of {len(todo)} batches of pipeline {p.name!r} could not be replayed "
-                f"({len(replayed)} replayed; the consumer group stays before the earliest failed one): "
-                + "; ".join(f"batch {b}: {m}" for b, m in failures)
+            self.log.warning(
+                "%s (their Asset events are sent with this task's success; the check task fails the run)",
+                replay_failure_message(p.name, failures, len(todo), len(replayed)),
+            )
+            context["ti"].xcom_push(
+                key=FAILED_BATCHES_KEY, value=[{"batch_id": b, "error": m} for b, m in failures]
             )
         return replayed
 
@@ -216,5 +235,48 @@ class ReplayFailedRangesOperator(BatchRunningOperator):
         }
 
 
+#: The replay task's XCom key of the batches it could not replay (:class:`ReplayCheckOperator`).
+FAILED_BATCHES_KEY = "failed_batches"
+
+
+def replay_failure_message(
+    pipeline: str, failures: Sequence[tuple[int | None, str]], tried: int, replayed: int
+) -> str:
+    """What could not be replayed, batch by batch (``None``: a problem of the run itself)."""
+    batches = sum(b is not None for b, _ in failures)
+    return (
+        f"{batches} of {tried} batches of pipeline {pipeline!r} could not be replayed ({replayed} replayed; "
+        "each failed one stays failed in the ledger, a later replay run tries it again, and the consumer "
+        "group stays before the earliest failed one): "
+        + "; ".join(f"batch {b}: {m}" if b is not None else m for b, m in failures)
+    )
+
+
 class ReplayFailed(RuntimeError):
     """Some batches could not be replayed (each is failed again with its error in the ledger)."""
+
+
+class ReplayCheckOperator(BaseOperator):
+    """Fails when the replay task (``replay_task_id``) left batches it could not replay, naming each
+    with its error; succeeds otherwise. It runs after the replay task in the shipped replay DAG, so
+    that the replay task itself succeeds and sends the Asset events of the batches it did replay
+    (see :class:`ReplayFailedRangesOperator`), while the DAG run still fails."""
+
+    ui_color = "#fde8e8"
+
+    def __init__(
+        self, *, pipeline: PipelineConfig | dict[str, Any], replay_task_id: str = "replay", **kwargs: Any
+    ):
+        super().__init__(**kwargs)
+        self.pipeline = as_pipeline(pipeline)
+        self.replay_task_id = replay_task_id
+
+    def execute(self, context: Context) -> None:
+        failed = context["ti"].xcom_pull(task_ids=self.replay_task_id, key=FAILED_BATCHES_KEY) or []
+        if not failed:
+            self.log.info("Task %s replayed every batch it took", self.replay_task_id)
+            return
+        replayed = context["ti"].xcom_pull(task_ids=self.replay_task_id) or []
+        failures = [(f.get("batch_id"), str(f.get("error"))) for f in failed]
+        tried = len(replayed) + sum(b is not None for b, _ in failures)
+        raise ReplayFailed(replay_failure_message(self.pipeline.name, failures, tried, len(replayed)))

@@ -22,6 +22,19 @@ class UnknownSinkFormat(ValueError):
     pass
 
 
+def same_batch_offsets(committed: Sequence[OffsetRange], planned: Sequence[OffsetRange]) -> bool:
+    """Whether a commit of ``committed`` ranges holds the batch planned as ``planned`` (pure): the same
+    ranges, or the same partitions with the same ends where either starts later (a replay that
+    retention or a topic reset trimmed at the start, or the full plan rewritten after such a
+    replay). Other ranges under the same batch id are another batch: the ledger's batch ids started
+    again (a reset, a restore from an older backup, another ledger)."""
+    theirs = {r.tp: r for r in committed}
+    ours = {r.tp: r for r in planned}
+    if len(theirs) != len(committed) or len(ours) != len(planned) or set(theirs) != set(ours):
+        return False
+    return all(theirs[tp].until_offset == r.until_offset for tp, r in ours.items())
+
+
 @dataclass(frozen=True)
 class BatchCommit:
     """What one batch committed, as the sink records it: the pipeline, batch id, the ledger's

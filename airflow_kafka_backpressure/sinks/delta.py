@@ -35,6 +35,15 @@ attempt committed is refused at its own commit instead, by Delta's conflict chec
 committed a ``txn`` of the app id whose version this transaction read): that refusal, when a newer attempt
 of the batch has committed, raises :class:`~.base.SinkFenced` too.
 
+**A batch id the table has seen with other offsets** (the ledger was reset or restored from an older
+backup, so its batch ids repeat) is refused with :class:`~.base.SinkFormatError` naming the committed
+and the planned ranges, as the Parquet sink's :func:`~..spark.sink.check_replaceable` does: a rewrite
+(attempt 2 or later) compares them before it writes, so its ``replaceWhere`` never deletes the other
+batch's rows; a first attempt, which Delta skips as already done (the app id's version is at least 1),
+compares them in the read-back, so it is not recorded as done with its records never written. The
+same ranges, or the same partitions and ends where one starts later (a replay that retention or a
+topic reset trimmed), are the same batch (:func:`~.base.same_batch_offsets`).
+
 Needs the Delta jars and SQL extension on the session (``local.jars.spark_delta_conf``); works on
 any path Spark's writer takes: a local path, ``s3a://`` with hadoop-aws. Concurrent writers: on a
 local or HDFS path Delta's commit (an atomic create of ``_delta_log/<v>.json``) is safe among any
@@ -51,7 +60,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..models import OffsetRange
-from .base import BatchCommit, SinkFenced, SinkFormat, SinkFormatError
+from .base import BatchCommit, SinkFenced, SinkFormat, SinkFormatError, same_batch_offsets
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +121,25 @@ def _is_concurrent_commit(error: Exception) -> bool:
     return any(marker in text for marker in _CONCURRENT_ERRORS)
 
 
+def _ranges_text(ranges: Sequence[OffsetRange]) -> str:
+    return ", ".join(map(str, sorted(ranges))) or "none"
+
+
+def _other_batch(
+    where: str, attempt: int, commit: BatchCommit, planned: Sequence[OffsetRange], done: str
+) -> str:
+    """The refusal of a batch id that the table already holds for other offsets (``done``: what
+    happened to this attempt's rows)."""
+    return (
+        f"{where}: the table already holds this batch id with ranges {_ranges_text(commit.ranges)} (attempt "
+        f"{commit.attempt}, table version {commit.version}), but attempt {attempt} was planned with ranges "
+        f"{_ranges_text(planned)}. The batch id belongs to other offsets: the ledger was reset, restored from "
+        f"an older backup or pointed at another database, and its batch ids started again. {done} Point the "
+        "pipeline at a new table (its sink) or restore the ledger from a backup at least as new as the table, "
+        "then replay the batch; batch ids must never be reused for other offsets in one table"
+    )
+
+
 def _fenced(where: str, attempt: int, newer: BatchCommit) -> str:
     return (
         f"{where}: attempt {attempt} was refused, attempt {newer.attempt} has committed the batch "
@@ -167,6 +195,15 @@ class DeltaSink(SinkFormat):
             BATCH_COLUMN, F.lit(int(batch_id)).cast("long")
         )
         where = f"Delta table {sink}, batch {batch_id} of pipeline {pipeline!r}"
+        if attempt > 1:
+            # a rewrite replaces the batch's rows: never those of another batch under the same id
+            existing = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
+            if existing is not None and not same_batch_offsets(existing.ranges, ranges):
+                raise SinkFormatError(
+                    _other_batch(
+                        where, attempt, existing, ranges, "Nothing was written, the table is unchanged."
+                    )
+                )
         writer = rows.write.format("delta")
         if attempt == 1:
             # nothing of the batch can be in the table before its first attempt: a plain append,
@@ -198,6 +235,20 @@ class DeltaSink(SinkFormat):
         if commit is None:
             raise SinkFormatError(
                 f"{where}: attempt {attempt} wrote, but the table's history has no commit of the batch"
+            )
+        if not same_batch_offsets(commit.ranges, ranges):
+            # Delta skipped this write: the batch's app id has a version >= this attempt, set by
+            # the other batch's commit
+            raise SinkFormatError(
+                _other_batch(
+                    where,
+                    attempt,
+                    commit,
+                    ranges,
+                    f"Delta skipped this attempt's write as already done (app id {app_id(pipeline, batch_id)!r} "
+                    f"has version {commit.attempt}): the planned records were not written, and the batch is not "
+                    "recorded as done.",
+                )
             )
         if commit.attempt > attempt:
             raise SinkFenced(_fenced(where, attempt, commit))

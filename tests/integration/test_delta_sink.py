@@ -70,7 +70,17 @@ def rows(spark, batch_id: int, n: int, attempt: int):
     return spark.range(n).selectExpr("id AS offset", f"{attempt} AS written_by", f"'b{batch_id}' AS value")
 
 
-def write(spark, table: str, batch_id: int, attempt: int, n: int, pipeline: str = PIPELINE) -> BatchCommit:
+def write(
+    spark,
+    table: str,
+    batch_id: int,
+    attempt: int,
+    n: int,
+    pipeline: str = PIPELINE,
+    planned: tuple[OffsetRange, ...] | None = None,
+) -> BatchCommit:
+    """``n`` rows of batch ``batch_id`` committed by ``attempt``, planned as ``planned`` (default
+    :func:`ranges`)."""
     return DeltaSink().write_batch(
         spark,
         rows(spark, batch_id, n, attempt),
@@ -78,7 +88,7 @@ def write(spark, table: str, batch_id: int, attempt: int, n: int, pipeline: str 
         pipeline=pipeline,
         batch_id=batch_id,
         attempt=attempt,
-        ranges=ranges(batch_id, n),
+        ranges=ranges(batch_id, n) if planned is None else planned,
         expected_records=n,
     )
 
@@ -320,3 +330,60 @@ def test_the_same_protocol_on_s3a(delta_spark, s3_server, s3_bucket):
         if i.base_name.endswith(".json")
     )
     assert logs == [f"{v:020d}.json" for v in range(3)]
+
+
+def write_other_batch_3(spark, table: str, attempt: int, n: int) -> BatchCommit:
+    """Batch 3 of a ledger restored from an older backup: ``n`` records planned at offsets far from
+    every :func:`ranges`, another batch's."""
+    return write(spark, table, 3, attempt, n, planned=(OffsetRange("orders", 0, 500_000, 500_000 + n),))
+
+
+def test_a_first_attempt_of_a_batch_id_the_table_holds_for_other_offsets_is_refused(delta_spark, tmp_path):
+    """The ledger was restored from an older backup: its batch 3 (attempt 1) is planned for other
+    offsets than the table's batch 3, with as many records. Delta skips the write as a retry of the
+    committed attempt 1; the sink must not report the old commit as this batch's: its records were
+    never written."""
+    table = str(tmp_path / "t")
+    write(delta_spark, table, 3, attempt=1, n=5)
+    version = table_version(delta_spark, table)
+
+    with pytest.raises(SinkFormatError) as refused:
+        write_other_batch_3(delta_spark, table, attempt=1, n=5)
+
+    message = str(refused.value)
+    assert "orders-0[3000, 3002), orders-1[3000, 3003)" in message  # the committed ranges
+    assert "orders-0[500000, 500005)" in message  # the planned ones
+    assert "restored from an older backup" in message and "new table" in message
+    assert table_version(delta_spark, table) == version
+    assert contents(delta_spark, table) == {(PIPELINE, 3): (5, {1})}
+
+
+def test_a_rewrite_of_a_batch_id_the_table_holds_for_other_offsets_is_refused_before_it_deletes_them(
+    delta_spark, tmp_path
+):
+    """The same restored ledger's batch 3 at attempt 2: its ``replaceWhere`` would delete the old
+    batch 3's rows. It is refused before anything is written."""
+    table = str(tmp_path / "t")
+    write(delta_spark, table, 3, attempt=1, n=5)
+    version = table_version(delta_spark, table)
+
+    with pytest.raises(SinkFormatError, match=r"Nothing was written, the table is unchanged") as refused:
+        write_other_batch_3(delta_spark, table, attempt=2, n=4)
+
+    assert "orders-0[3000, 3002), orders-1[3000, 3003)" in str(refused.value)
+    assert "orders-0[500000, 500004)" in str(refused.value)
+    assert table_version(delta_spark, table) == version
+    assert contents(delta_spark, table) == {(PIPELINE, 3): (5, {1})}
+
+
+def test_a_replay_trimmed_at_the_start_replaces_the_batch_it_belongs_to(delta_spark, tmp_path):
+    """Retention took the first offsets of batch 3 before its replay: the replay's ranges start
+    later and end where the committed ones do. That is the same batch: it is replaced."""
+    table = str(tmp_path / "t")
+    write(delta_spark, table, 3, attempt=1, n=6)
+    trimmed = (OffsetRange("orders", 0, 3001, 3003), OffsetRange("orders", 1, 3002, 3003))
+
+    commit = write(delta_spark, table, 3, attempt=2, n=3, planned=trimmed)
+
+    assert (commit.attempt, commit.ranges) == (2, trimmed)
+    assert contents(delta_spark, table) == {(PIPELINE, 3): (3, {2})}

@@ -25,6 +25,7 @@ def test_every_task_of_both_dags_has_an_execution_timeout():
     assert set(t) == {("ingest", x) for x in ("plan", "ingest", "record", "scale")} | {
         ("replay", "failed_ranges"),
         ("replay", "replay"),
+        ("replay", "check"),
     }
     assert all(isinstance(v, timedelta) and v > timedelta(0) for v in t.values()), t
 
