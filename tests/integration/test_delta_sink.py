@@ -211,7 +211,8 @@ def test_a_newer_attempt_replaces_the_batch_rows_and_an_older_one_is_refused(del
     write(delta_spark, table, 5, attempt=1, n=5)
     write(delta_spark, table, 5, attempt=1, n=5, pipeline="payments")  # same batch id, other pipeline
 
-    newer = write(delta_spark, table, 5, attempt=2, n=3)
+    # the newer attempt reads the batch's planned ranges again: fewer records now (the test's rows)
+    newer = write(delta_spark, table, 5, attempt=2, n=3, planned=ranges(5, 5))
 
     assert (newer.attempt, newer.record_count) == (2, 3)
     expected = {(PIPELINE, 4): (6, {1}), (PIPELINE, 5): (3, {2}), ("payments", 5): (5, {1})}
@@ -233,7 +234,7 @@ def test_a_first_attempt_appends_and_a_later_one_replaces_the_batch(delta_spark,
     table = str(tmp_path / "t")
     write(delta_spark, table, 1, attempt=1, n=4)
     write(delta_spark, table, 2, attempt=1, n=3)
-    write(delta_spark, table, 2, attempt=2, n=2)
+    write(delta_spark, table, 2, attempt=2, n=2, planned=ranges(2, 3))
 
     history = delta_spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
     modes = [(json.loads(r["userMetadata"])["batch_id"], r["operationParameters"]["mode"]) for r in history]
@@ -315,13 +316,13 @@ def test_the_same_protocol_on_s3a(delta_spark, s3_server, s3_bucket):
     write(delta_spark, table, 6, attempt=1, n=4)
     write(delta_spark, table, 5, attempt=1, n=5)  # a replay after batch 6
     write(delta_spark, table, 5, attempt=1, n=5)  # a retry: skipped
-    write(delta_spark, table, 5, attempt=2, n=3)  # a newer attempt: replaces
+    write(delta_spark, table, 5, attempt=2, n=3, planned=ranges(5, 5))  # a newer attempt: replaces
     with pytest.raises(SinkFenced):
         write(delta_spark, table, 5, attempt=1, n=5)  # a zombie
 
     assert contents(delta_spark, table) == {(PIPELINE, 5): (3, {2}), (PIPELINE, 6): (4, {1})}
     assert sink.committed(delta_spark, table, pipeline=PIPELINE, batch_id=5) == BatchCommit(
-        PIPELINE, 5, 2, ranges(5, 3), 3, version=2
+        PIPELINE, 5, 2, ranges(5, 5), 3, version=2
     )
     s3 = s3_server.filesystem()
     logs = sorted(
