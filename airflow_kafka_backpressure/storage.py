@@ -29,6 +29,10 @@ from urllib.parse import urlparse
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
 #: Reads of a directory whose entries change while it is listed (see :meth:`Location.children`).
 LIST_TRIES = 5
+#: The name ending of :meth:`Location.write_bytes`'s temporary files (renamed over the target).
+TEMPORARY_SUFFIX = ".tmp"
+#: pyarrow filesystems whose directories are key prefixes (``FileSystem.type_name``).
+OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
 
 
 class StorageError(RuntimeError):
@@ -130,7 +134,7 @@ class Location:
         """Write the whole file: a temporary name in the same directory, then a rename over the
         target (atomic on local disks and HDFS; object stores have no partial objects anyway).
         ``private``: owner-only permissions where the filesystem has them (local)."""
-        tmp = self.parent.child(f".{self.name}.{uuid.uuid4().hex}.tmp")
+        tmp = self.parent.child(f".{self.name}.{uuid.uuid4().hex}{TEMPORARY_SUFFIX}")
         try:
             for tries_left in reversed(range(LIST_TRIES)):
                 self.parent.mkdirs()
@@ -142,13 +146,16 @@ class Location:
                     else:
                         with self.fs.open_output_stream(tmp.path) as f:
                             f.write(data)
+                    self.fs.move(tmp.path, self.path)
                     break
                 except FileNotFoundError:
-                    # the directory went between its creation and the write: an empty directory
-                    # removed by a concurrent cleanup (remove_if_empty); create it again
+                    # the directory went between its creation and the rename: an empty directory
+                    # removed by a concurrent cleanup (remove_if_empty; elsewhere than on a local
+                    # disk it is set aside with this temporary file in it): write it again
                     if not tries_left:
                         raise
-            self.fs.move(tmp.path, self.path)
+                    tmp.delete()
+                    tmp = self.parent.child(f".{self.name}.{uuid.uuid4().hex}{TEMPORARY_SUFFIX}")
         except OSError as e:
             tmp.delete()
             raise StorageError(f"cannot write {self.uri}: {e}") from e
@@ -169,20 +176,58 @@ class Location:
             raise StorageError(f"cannot delete {self.uri}: {e}; delete it by hand") from e
 
     def remove_if_empty(self) -> bool:
-        """Remove this directory if it is empty, atomically: an entry created meanwhile keeps it
-        (``rmdir``). Local disks only; elsewhere (object stores, HDFS) nothing is removed, since
-        their directory deletes are recursive. True if the directory is gone."""
-        if not _is_local(self.fs):
+        """Remove this directory if it is empty, never an entry another writer adds meanwhile. True
+        if the directory is gone (or was absent), False if something is in it.
+
+        * **Local disks**: ``rmdir``, atomic: an entry created meanwhile keeps the directory.
+        * **Object stores** (S3, GCS, Azure): a directory is a prefix; what is left once its last
+          object is deleted is at most an empty "directory" marker object (pyarrow writes one for
+          ``create_dir`` and when it deletes a directory's last file). With no object under the
+          prefix, the marker is deleted. There is no conditional delete: an object written within
+          the milliseconds between the check and the delete goes too (the sink's fences, the one
+          caller, are not used on object stores: Parquet sinks there are refused at plan time).
+        * **HDFS and every other filesystem** (pyarrow deletes directories only recursively there):
+          the directory is renamed aside to a unique name (an atomic rename on HDFS), then the
+          renamed one is deleted if empty. An entry that arrived between the check and the rename is
+          moved back (a writer's temporary file is deleted instead: :meth:`write_bytes` writes it
+          again when its rename finds it gone); for those milliseconds it is not at its path."""
+        if _is_local(self.fs):
+            try:
+                os.rmdir(self.path)
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError as e:
+                if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    return False
+                raise StorageError(f"cannot remove directory {self.uri}: {e}") from e
+        if self.children():
             return False
+        if not self.exists():
+            return True
+        if _is_object_store(self.fs):
+            self.delete()  # only its marker: nothing is under the prefix
+            return True
+        return self._remove_aside_if_empty()
+
+    def _remove_aside_if_empty(self) -> bool:
+        aside = self.parent.child(f".{self.name}.{uuid.uuid4().hex}.removing")
         try:
-            os.rmdir(self.path)
-            return True
+            self.fs.move(self.path, aside.path)
         except FileNotFoundError:
-            return True
+            return True  # removed meanwhile (another cleanup)
         except OSError as e:
-            if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                return False
             raise StorageError(f"cannot remove directory {self.uri}: {e}") from e
+        kept = False
+        for name, _, _ in aside.children():  # arrived between the check and the rename
+            if name.startswith(".") and name.endswith(TEMPORARY_SUFFIX):
+                aside.child(name).delete()  # its writer writes it again (write_bytes)
+                continue
+            self.mkdirs()
+            aside.child(name).move_to(self.child(name))
+            kept = True
+        aside.delete()  # empty now, and no other writer knows its name
+        return not kept
 
     def move_to(self, target: Location) -> None:
         """Rename to ``target`` (which must not exist). Atomic for directories on local disks and
@@ -269,6 +314,10 @@ def _is_local(fs: Any) -> bool:
     from pyarrow.fs import LocalFileSystem
 
     return isinstance(fs, LocalFileSystem)
+
+
+def _is_object_store(fs: Any) -> bool:
+    return str(getattr(fs, "type_name", "")) in OBJECT_STORES
 
 
 def location(uri: str) -> Location:

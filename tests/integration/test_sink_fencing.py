@@ -289,25 +289,32 @@ def test_clearing_a_fence_never_loses_a_newer_attempts_marker_raised_meanwhile(t
     2,000 races (a few seconds): the directory removed between Arrow's create and its check failed
     about 1 race in 3,000 before ``Location.mkdirs`` created it again (200 races failed once in CI)."""
     root = location(str(tmp_path / "sink"))
-    errors: list[BaseException] = []
     for batch_id in range(1, 2001):
-        assert raise_fence(root, batch_id, 1, "a" * 32) is None
-        start = threading.Barrier(2)
+        race_clear_against_raise(root, batch_id)
 
-        def run(fn, *args, start=start) -> None:
-            start.wait()
-            try:
-                fn(*args)
-            except BaseException as e:  # noqa: BLE001 - asserted below
-                errors.append(e)
 
-        threads = [
-            threading.Thread(target=run, args=(clear_fence, root, batch_id, 1)),
-            threading.Thread(target=run, args=(raise_fence, root, batch_id, 2, "b" * 32)),
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, errors
-        assert fence_markers(root, batch_id) == {"b" * 32: 2}, batch_id
+def race_clear_against_raise(root, batch_id: int) -> None:
+    """Attempt 1 of ``batch_id`` raises the fence; then its commit's cleanup and attempt 2 raising
+    the fence run together, released at once. Asserts that no call failed and attempt 2's marker
+    is the fence's one marker."""
+    errors: list[BaseException] = []
+    assert raise_fence(root, batch_id, 1, "a" * 32) is None
+    start = threading.Barrier(2)
+
+    def run(fn, *args) -> None:
+        start.wait()
+        try:
+            fn(*args)
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=run, args=(clear_fence, root, batch_id, 1)),
+        threading.Thread(target=run, args=(raise_fence, root, batch_id, 2, "b" * 32)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert fence_markers(root, batch_id) == {"b" * 32: 2}, batch_id
