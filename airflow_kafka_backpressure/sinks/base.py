@@ -38,10 +38,12 @@ def same_batch_offsets(committed: Sequence[OffsetRange], planned: Sequence[Offse
 @dataclass(frozen=True)
 class BatchCommit:
     """What one batch committed, as the sink records it: the pipeline, batch id, the ledger's
-    attempt number that wrote it, the offset ranges it holds and its row count. ``version``: the
-    sink's own version of the commit (a Delta table version), when it has one; ``bytes``: the data
-    it added, when the sink says; ``details``: what the writer stored with the commit (the job's
-    per-partition record counts)."""
+    attempt number that wrote it, the offset ranges it holds and its row count (the batch's rows the
+    commit published, counted by the sink: rows of other batches it copied are not counted).
+    ``version``: the sink's own version of the commit (a Delta table version), when it has one;
+    ``bytes``: the data it added, when the sink says; ``expected_records``: the rows the writer said
+    the batch must publish (None if it did not say); ``details``: what the writer stored with the
+    commit (the job's per-partition record counts)."""
 
     pipeline: str
     batch_id: int
@@ -51,7 +53,19 @@ class BatchCommit:
     version: int | None = None
     # what the sink reports beside the commit's identity: not compared
     bytes: int | None = field(default=None, compare=False)
+    expected_records: int | None = field(default=None, compare=False)
     details: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def count_problem(self) -> str | None:
+        """Why the commit does not hold the rows its batch must publish (its row count is not the
+        ``expected_records`` recorded with it), or None: a commit a writer's check refused stays in
+        the sink, and must not be taken over as the batch's output."""
+        if self.expected_records is None or self.record_count == self.expected_records:
+            return None
+        return (
+            f"it holds {self.record_count} rows of the batch but the batch must publish {self.expected_records} "
+            f"(attempt {self.attempt}'s own check refused it)"
+        )
 
 
 class SinkFormat(abc.ABC):

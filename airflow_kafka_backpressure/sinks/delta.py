@@ -21,8 +21,10 @@ How a batch is written (:meth:`DeltaSink.write_batch`), as one ``df.write.format
   pipeline with txnVersion = batch id would silently drop that replay.);
 * ``userMetadata`` = the batch's JSON (pipeline, batch id, attempt, ranges, expected records),
   stored in the commit's ``commitInfo``: :meth:`DeltaSink.committed` reads it back from the
-  table's history (``DESCRIBE HISTORY``) with Delta's own row count of the commit
-  (``operationMetrics.numOutputRows``).
+  table's history (``DESCRIBE HISTORY``) with Delta's own count of the batch's rows the commit added
+  (``operationMetrics``: ``numOutputRows`` less ``numCopiedRows``, the rows of other batches a
+  ``replaceWhere`` copied out of a file it rewrote, as it must after an ``OPTIMIZE`` put several
+  batches in one file).
 
 Delta's skip is silent, so after the write the sink reads the batch's newest commit back (among the
 table's last :attr:`DeltaSink.recent_commits` commits, where it is unless other writers committed
@@ -291,6 +293,7 @@ class DeltaSink(SinkFormat):
                     "version",
                     "userMetadata",
                     F.col("operationMetrics").getItem("numOutputRows").alias("rows"),
+                    F.col("operationMetrics").getItem("numCopiedRows").alias("copied"),
                     F.col("operationMetrics").getItem("numOutputBytes").alias("bytes"),
                 )
                 .orderBy(F.col("version").desc())
@@ -305,13 +308,17 @@ class DeltaSink(SinkFormat):
             return None
         row = rows[0]
         d = json.loads(row["userMetadata"])
+        expected = d.get("expected_records")
         return BatchCommit(
             pipeline=str(d["pipeline"]),
             batch_id=int(d["batch_id"]),
             attempt=int(d["attempt"]),
             ranges=tuple(OffsetRange.from_dict(r) for r in d["ranges"]),
-            record_count=int(row["rows"] or 0),
+            # the rows the commit added for the batch: a replaceWhere that rewrote a file holding
+            # other batches' rows too (after an OPTIMIZE) counts the rows it copied in numOutputRows
+            record_count=int(row["rows"] or 0) - int(row["copied"] or 0),
             version=int(row["version"]),
             bytes=None if row["bytes"] is None else int(row["bytes"]),
+            expected_records=None if expected is None else int(expected),
             details=dict(d.get("details") or {}),
         )

@@ -4,13 +4,17 @@ What :func:`~.job.run_batch` does for a Parquet directory, for a table format:
 
 1. **adopt** (a replay of a batch whose earlier attempt may have committed): the sink's newest
    commit of the batch (:meth:`~..sinks.SinkFormat.committed`), if it holds the planned ranges (or
-   those this run would write), is taken over without reading Kafka, whichever attempt wrote it;
+   those this run would write) and the rows recorded with it as the batch's to publish (a commit
+   its writer's row check refused stays in the table, and is not adopted), is taken over without
+   reading Kafka, whichever attempt wrote it;
 2. **bounds** checked against the brokers, as for every batch;
 3. **read** the ranges (Spark's reader or the Python one), persisted so that Kafka is read once:
    the per-partition counts and the rows written come from the same data;
 4. **transform**, then **commit** it as one transaction of the format, fenced by the ledger's
    attempt number and checked against the rows that must land (the records read, or what the
-   transform returned): another count fails the batch (no empty or partial success).
+   transform returned): another count fails the batch (no empty or partial success). The
+   transform's output is persisted, then counted and written from the same data: the transform runs
+   once per batch.
 
 The per-partition counts go into the commit (``details``), so adoption gives the controller the
 same metrics as the run that wrote it.
@@ -63,6 +67,11 @@ def adopt_table_commit(spark: Any, spec: JobSpec) -> tuple[BatchMetrics | None, 
     )
     if sorted(commit.ranges) not in accepted:
         return None, [f"ranges {', '.join(map(str, sorted(commit.ranges))) or 'none'} differ from the plan"]
+    problem = commit.count_problem()
+    if problem is not None:  # a commit the writer's own check refused stays in the table
+        return None, [
+            f"the commit of attempt {commit.attempt} (table version {commit.version}) is not the batch's output: {problem}"
+        ]
     log.info(
         "Batch %s: adopting the %s commit of attempt %s (table version %s; no re-read)",
         plan.batch_id,
@@ -97,12 +106,19 @@ def run_table_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
         raw = read_ranges(spark, spec, reader).persist()
     else:
         raw = spark.createDataFrame([], KAFKA_SCHEMA)
+    transformed = None
     try:
         try:
             per_partition = raw.groupBy("topic", "partition").count().collect()
             out = apply_transform(raw, spec.transform)
             read = sum(int(r["count"]) for r in per_partition)
-            expected = read if spec.transform is None else out.count()
+            if spec.transform is None:
+                expected = read
+            else:
+                # the transform's rows, computed once: counted and written from the same data (a
+                # transform with side effects runs once, a non-deterministic one is counted as written)
+                transformed = out = out.persist()
+                expected = out.count()
             details = {
                 "partitions": [
                     {"topic": r["topic"], "partition": int(r["partition"]), "records": int(r["count"])}
@@ -125,6 +141,8 @@ def run_table_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
                 details=details,
             )
         finally:
+            if transformed is not None:
+                transformed.unpersist()
             if reads:
                 raw.unpersist()
     except SinkFormatError as e:

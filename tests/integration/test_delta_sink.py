@@ -2,9 +2,9 @@
 on a local path and on the real S3 server through ``s3a://``.
 
 One SparkSession for the module with the Delta jars and SQL extension and hadoop-aws on its class
-path (``extraClassPath``: nothing copied): Delta's jars must be on the JVM's class path when it
-starts, so this module starts its own JVM and ends it afterwards (the session-wide ``spark`` fixture
-then starts a fresh one). It refuses to run beside another SparkContext in the process.
+path (the ``delta_spark`` fixture of ``conftest.py``): Delta's jars must be on the JVM's class path
+when it starts, so this module starts its own JVM and ends it afterwards (the session-wide ``spark``
+fixture then starts a fresh one). It refuses to run beside another SparkContext in the process.
 """
 
 from __future__ import annotations
@@ -29,33 +29,6 @@ from airflow_kafka_backpressure.sinks import (
 from airflow_kafka_backpressure.sinks.delta import BATCH_COLUMN, PIPELINE_COLUMN
 
 PIPELINE = "orders"
-
-
-@pytest.fixture(scope="module")
-def delta_spark(spark_work_dir: Path, s3_server):
-    from pyspark import SparkContext
-
-    from airflow_kafka_backpressure.local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
-    from tests.fixtures_spark import local_session
-
-    if SparkContext._active_spark_context is not None:
-        pytest.fail(
-            "another SparkContext is running in this test process: the Delta tests need a JVM started "
-            "with Delta's jars and SQL extension; run tests/integration/test_delta_sink.py before modules "
-            "that use the session-wide 'spark' fixture (the default order does)"
-        )
-    conf = {
-        **combined_spark_conf(
-            spark_delta_conf(jars="extraClassPath"), spark_s3a_conf(s3_server, jars="extraClassPath")
-        ),
-        "spark.sql.shuffle.partitions": "2",
-        # small tables: one partition for Delta's snapshot state, not 50
-        "spark.databricks.delta.snapshotPartitions": "1",
-        # a short-lived JVM: the C1 compiler only (warms up in a fraction of the time)
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
-    }
-    with local_session(spark_work_dir, "kbp-delta-tests", conf) as session:
-        yield session
 
 
 def ranges(batch_id: int, n: int) -> tuple[OffsetRange, ...]:
@@ -271,19 +244,24 @@ def test_what_a_batch_committed_reads_back_from_the_delta_log(delta_spark, tmp_p
     }
 
 
-def test_a_commit_of_another_row_count_than_was_read_fails(delta_spark, tmp_path):
-    table = str(tmp_path / "t")
+def write_fewer_rows_than_read(spark, table: str, batch_id: int) -> None:
+    """Attempt 1 of batch ``batch_id`` commits 4 rows where the batch read 5: its check fails the
+    batch (the commit stays in the table)."""
     with pytest.raises(SinkFormatError, match=r"attempt 1 committed 4 rows .* but the batch read 5"):
         DeltaSink().write_batch(
-            delta_spark,
-            rows(delta_spark, 2, 4, 1),
+            spark,
+            rows(spark, batch_id, 4, 1),
             table,
             pipeline=PIPELINE,
-            batch_id=2,
+            batch_id=batch_id,
             attempt=1,
-            ranges=ranges(2, 5),
+            ranges=ranges(batch_id, 5),
             expected_records=5,
         )
+
+
+def test_a_commit_of_another_row_count_than_was_read_fails(delta_spark, tmp_path):
+    write_fewer_rows_than_read(delta_spark, str(tmp_path / "t"), 2)
 
 
 def test_delta_commits_through_an_atomic_create_on_local_paths_and_a_single_driver_store_on_s3a(
