@@ -370,6 +370,9 @@ class JobSpec:
     #: how the batch lands in the sink: "parquet" (the Parquet directory of ``spark.sink``) or a
     #: table format of ``sinks.SINK_FORMATS`` ("delta")
     sink_format: str = "parquet"
+    #: the file of the Spark Connect session holding ``kafka``'s secret values, which then go into
+    #: no plan (``spark/session_secrets.py``); None: the plans stay on the driver (submit engine)
+    secrets_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.reader not in ("auto", "python", "native"):
@@ -396,6 +399,7 @@ class JobSpec:
             "attempt": self.attempt,
             "adopt": None if self.adopt is None else self.adopt.to_dict(),
             "sink_format": self.sink_format,
+            "secrets_file": self.secrets_file,
         }
 
     @classmethod
@@ -414,4 +418,5 @@ class JobSpec:
             attempt=None if d.get("attempt") is None else int(d["attempt"]),
             adopt=None if not d.get("adopt") else Adoption.from_dict(d["adopt"]),
             sink_format=str(d.get("sink_format") or "parquet"),
+            secrets_file=d.get("secrets_file"),
         )

@@ -26,7 +26,15 @@ dynamic allocation on the server the pending tasks become executors. The metrics
 executors that really ran the batch's tasks.
 
 Spark settings of the pipeline are applied to the session where Spark allows it at runtime (SQL
-settings); static ones must be set on the server, and a warning names them.
+settings); static ones must be set on the server, and a warning names them. A setting not known to
+hold no secret (:mod:`.secret_settings`) is refused: a session's settings reach its jobs as local
+properties, which the server's event log records unredacted; it belongs in the server's configuration.
+
+Credentials: no Kafka credential goes into a plan. The batch's secret Kafka properties travel as a
+file of the server session (:mod:`..spark.session_secrets`), written for the attempt with owner-only
+permissions, sent by the artifact protocol and deleted here once sent. A kept session holds the file
+it was first given: when the credentials change, the server refuses the new one
+(``ARTIFACT_ALREADY_EXISTS``) and the batch opens a new session.
 """
 
 from __future__ import annotations
@@ -37,16 +45,20 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 import socket
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..models import BatchMetrics, JobSpec
 from ..spark.job import JobError, run_batch
+from ..spark.session_secrets import write_secrets_file
 from . import BatchJobError, Engine
 from .environment import work_root
+from .secret_settings import split_secret_settings
 from .submit import package_zip, zip_tree
 
 log = logging.getLogger(__name__)
@@ -171,12 +183,29 @@ class ConnectEngine(Engine):
 
     def _run(self, spec: JobSpec) -> BatchMetrics:
         plan = spec.plan
+        _, secret = split_secret_settings(self.spark_conf)
+        if secret:
+            raise BatchJobError(
+                plan.batch_id,
+                f"the pipeline's spark_conf sets {', '.join(sorted(secret))}, which the connect engine does not set "
+                "per session: they are not known to hold no secret, and a Spark Connect session's settings reach "
+                "its jobs as local properties, which the server's event log records unredacted. Set them in the "
+                "Connect server's own configuration (--conf or spark-defaults.conf when it starts; Spark redacts "
+                "those) and remove them from spark_conf",
+            )
         tag = f"kbp-{plan.pipeline}-batch-{plan.batch_id}-{spec.token}"
         artifacts = [package_zip(self.work_root / "dist")]
         extra = transform_package(spec.transform, self.work_root / "dist")
         if extra:
             artifacts.append(extra)
-        spark = self._open_session(spec, tag, artifacts)
+        private = self.work_root / "work" / f"{plan.pipeline}-batch-{plan.batch_id}-{spec.token}"
+        try:
+            secrets = write_secrets_file(spec.kafka, private)
+            spark = self._open_session(spec, tag, artifacts, secrets)
+        finally:
+            shutil.rmtree(private, ignore_errors=True)  # sent (or not needed): the server keeps its copy
+        if secrets is not None:
+            spec = replace(spec, secrets_file=secrets.name)
         try:
             if self.stop_reason is not None:
                 raise self.stopped_error(spec)  # type: ignore[misc]
@@ -195,9 +224,10 @@ class ConnectEngine(Engine):
             self._session = None
             _close(spark)
 
-    def _open_session(self, spec: JobSpec, tag: str, artifacts: list[str]) -> Any:
-        """A client session with the batch's tag and artifacts: the pipeline's kept server-side
-        session, or a new one when the server closed it."""
+    def _open_session(self, spec: JobSpec, tag: str, artifacts: list[str], secrets: Path | None) -> Any:
+        """A client session with the batch's tag and artifacts (the code, and the file of the batch's
+        Kafka credentials): the pipeline's kept server-side session, or a new one when the server
+        closed it."""
         from pyspark.sql import SparkSession
 
         plan = spec.plan
@@ -228,12 +258,21 @@ class ConnectEngine(Engine):
             try:
                 spark.addTag(tag)  # tags are per thread: this one runs every operation of the batch
                 spark.addArtifacts(*artifacts, pyfile=True)  # the first call to the server
+                if secrets is not None:
+                    spark.addArtifacts(str(secrets), file=True)  # before any plan of the batch
                 return spark
             except Exception as e:
                 self._session = None
-                _close(spark)
+                # a kept session holding credentials that changed is ended, with its copy of them
+                stale_credentials = "ARTIFACT_ALREADY_EXISTS" in str(e)
+                _close(spark, release=stale_credentials)
                 if attempt == 1 and not fixed and session_closed(e):
                     log.info("The kept Spark Connect session is closed on the server; opening a new one")
+                    continue
+                if attempt == 1 and not fixed and stale_credentials:
+                    log.info(
+                        "The Kafka credentials changed since the kept Spark Connect session began; opening a new one"
+                    )
                     continue
                 if "UNAVAILABLE" in str(e) or "Connection refused" in str(e):  # gRPC: nobody answers
                     raise BatchJobError(
@@ -284,11 +323,11 @@ def server_unreachable(url: str, timeout_s: float = CONNECT_PROBE_TIMEOUT_S) -> 
         return f"no answer at {host}:{port} ({type(e).__name__}: {e})"
 
 
-def _close(spark: Any) -> None:
+def _close(spark: Any, *, release: bool = False) -> None:
     """Close the client's connection, keeping the server-side session (and its Python workers)
-    for the pipeline's next batch."""
+    for the pipeline's next batch (``release``: end the server-side session too)."""
     try:
-        spark.release_session_on_close = False  # pyspark's switch: stop() then only disconnects
+        spark.release_session_on_close = release  # pyspark's switch: False, stop() only disconnects
         spark.stop()
     except Exception as e:  # noqa: BLE001
         log.warning("could not close the Spark Connect client: %s", _first_line(e))

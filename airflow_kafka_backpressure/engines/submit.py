@@ -7,8 +7,9 @@ or its error there. Client and cluster deploy mode (YARN, Kubernetes) take the s
 test of this engine exercises what cluster mode needs. The worker removes the directory and its
 local scratch directory when the job ends.
 
-Spark settings whose names hold secrets (Spark's own redaction pattern plus Azure account keys) are
-passed in a private ``--properties-file``, never as ``--conf`` on the command line.
+Every Spark setting of the pipeline not known to hold no secret (:mod:`.secret_settings`) is passed
+in a private ``--properties-file``, never as ``--conf`` on the command line, and the application's
+``spark.redaction.regex`` names it, so Spark's UI and event log hide its value.
 
 The spec's key never goes on a command line (:func:`key_route`). The provider's hook turns its
 ``env_vars`` into ``--conf spark.yarn.appMasterEnv.*`` / ``spark.kubernetes.driverEnv.*`` for YARN and
@@ -55,11 +56,10 @@ from ..models import BatchMetrics, JobSpec
 from . import BatchJobError, Engine
 from .environment import spark_conf_defaults, spark_defaults, spark_submit_env, work_root
 from .process import child_ids, new_children, stop_processes, with_descendants
+from .secret_settings import REDACTION_KEY, redaction_regex, split_secret_settings
 
 log = logging.getLogger(__name__)
 
-#: Spark setting names that hold secrets: Spark's default ``spark.redaction.regex`` plus Azure keys.
-SECRET_CONF_KEY = re.compile(r"(?i)secret|password|token|access[.]?key|credential|fs\.azure\.account\.key")
 _SPARK_SUBMIT_MARKERS = ("org.apache.spark.deploy.SparkSubmit", "spark-submit")
 _EXIT_CODE = re.compile(r"Error code is: (-?\d+)")
 
@@ -140,9 +140,14 @@ def zip_tree(root: Path, arc_root: str, dest: Path, name: str) -> str:
 
 
 def split_secret_conf(conf: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """``(plain, secret)`` Spark settings, by whether the key names a secret."""
-    plain = {k: v for k, v in conf.items() if not SECRET_CONF_KEY.search(k)}
-    secret = {k: v for k, v in conf.items() if SECRET_CONF_KEY.search(k)}
+    """``(plain, secret)`` Spark settings (:func:`.secret_settings.split_secret_settings`); the plain
+    ones get ``spark.redaction.regex`` extended with the secret ones' names."""
+    plain, secret = split_secret_settings(conf)
+    if secret:
+        current = (
+            secret.pop(REDACTION_KEY, None) or plain.get(REDACTION_KEY) or spark_defaults().get(REDACTION_KEY)
+        )
+        plain[REDACTION_KEY] = redaction_regex(secret, current)
     return plain, secret
 
 

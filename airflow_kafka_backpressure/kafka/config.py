@@ -23,9 +23,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from .credentials import PROVIDER_CLASSES, jaas_quoted, java_key_problem, reference, resolved
+from .errors import KafkaConfigError
 
-class KafkaConfigError(ValueError):
-    pass
+__all__ = [
+    "LIBRDKAFKA_ONLY",
+    "SUPPORTED_PROPERTIES",
+    "KafkaConfigError",
+    "redact",
+    "to_confluent",
+    "to_kafka_python",
+    "to_spark_kafka_options",
+]
 
 
 # librdkafka / Java property -> (kafka-python argument, converter)
@@ -124,8 +133,9 @@ def redact(props: dict[str, Any]) -> dict[str, Any]:
 
 
 def _checked(props: dict[str, Any], source: str) -> list[tuple[str, Any]]:
-    """The (key, value) pairs of ``props`` that a client uses (ignored keys dropped), after the
-    whitelist check; raises :class:`KafkaConfigError` naming ``source`` and the keys."""
+    """The (key, value) pairs of ``props`` that a client uses (ignored keys dropped, references to
+    secrets resolved on this host: :mod:`.credentials`), after the whitelist check; raises
+    :class:`KafkaConfigError` naming ``source`` and the keys."""
     unknown = sorted(k for k in props if k not in SUPPORTED_PROPERTIES and k not in _IGNORED)
     if unknown:
         raise KafkaConfigError(
@@ -138,7 +148,7 @@ def _checked(props: dict[str, Any], source: str) -> list[tuple[str, Any]]:
             f"{source}: 'bootstrap.servers' is missing; set it in the connection's extra JSON, "
             'e.g. {"bootstrap.servers": "broker1:9092,broker2:9092"}'
         )
-    return [(k, v) for k, v in props.items() if k not in _IGNORED]
+    return [(k, v) for k, v in resolved(props, source=source).items() if k not in _IGNORED]
 
 
 def _convert(key: str, value: Any, conv: Any, source: str) -> Any:
@@ -186,36 +196,99 @@ def to_confluent(props: dict[str, Any], *, source: str = "Kafka connection") -> 
     return out
 
 
-def to_spark_kafka_options(props: dict[str, Any]) -> dict[str, str]:
-    """Options for Spark's ``format("kafka")`` source: Java client properties prefixed ``kafka.``."""
+def to_spark_kafka_options(props: dict[str, Any], *, source: str = "Kafka connection") -> dict[str, str]:
+    """Options for Spark's ``format("kafka")`` source: Java client properties prefixed ``kafka.``.
+
+    * SASL: ``sasl.username``/``sasl.password`` become the Java client's JAAS configuration (PLAIN
+      or SCRAM login module), each value quoted so that Kafka's parser reads it as written
+      (:func:`.credentials.jaas_quoted`);
+    * TLS: ``ssl.ca.location`` is a PEM truststore; a client certificate (mutual TLS) given as
+      ``ssl.certificate.location`` and ``ssl.key.location`` (PEM files, the key PKCS#8, encrypted
+      with ``ssl.key.password`` or not) is a PEM keystore: the one file when both name it, else
+      the two files' contents read by Kafka's ``DirectoryConfigProvider`` on the Spark hosts;
+    * references to secrets (``${dir:…}``, ``${env:…}``) are passed as they are, with the config
+      providers that resolve them on the Spark hosts (:mod:`.credentials`).
+    """
     out: dict[str, str] = {}
+    providers: set[str] = set()
+
+    def value_of(key: str, value: Any) -> str:
+        ref = reference(value, name=key, source=source)
+        if ref is not None:
+            providers.add(ref.provider)
+        return str(value)
+
     username = props.get("sasl.username")
     password = props.get("sasl.password")
     mechanism = str(props.get("sasl.mechanism", props.get("sasl.mechanisms", "PLAIN"))).upper()
+    certificate = props.get("ssl.certificate.location")
+    key_file = props.get("ssl.key.location")
     for key, value in props.items():
-        if (
-            key in _IGNORED
-            or key in LIBRDKAFKA_ONLY
-            or key in ("sasl.username", "sasl.password", "sasl.mechanisms")
-        ):
+        if key in _IGNORED or key in LIBRDKAFKA_ONLY or key in _SPARK_MAPPED:
             continue
         if key == "ssl.ca.location":
             out["kafka.ssl.truststore.type"] = "PEM"
             out["kafka.ssl.truststore.location"] = str(value)
             continue
-        if key == "ssl.certificate.location":
-            out["kafka.ssl.keystore.type"] = "PEM"
-            out["kafka.ssl.keystore.certificate.chain"] = str(value)
-            continue
-        out[f"kafka.{key}"] = str(value)
+        out[f"kafka.{key}"] = value_of(key, value)
+    if certificate is not None or key_file is not None:
+        if certificate is None or key_file is None:
+            given, missing = (
+                ("ssl.certificate.location", "ssl.key.location")
+                if certificate is not None
+                else ("ssl.key.location", "ssl.certificate.location")
+            )
+            raise KafkaConfigError(
+                f"{source}: {given!r} is set but {missing!r} is not: a client certificate (mutual TLS) needs "
+                "both, the certificate's PEM file and its private key's (or the same file holding both)"
+            )
+        problem = java_key_problem(key_file) if props.get("ssl.key.password") else None
+        if problem:
+            raise KafkaConfigError(f"{source}: 'ssl.key.location': {problem}")
+        out["kafka.ssl.keystore.type"] = "PEM"
+        if str(certificate) == str(key_file):
+            out["kafka.ssl.keystore.location"] = str(certificate)
+        else:
+            out["kafka.ssl.keystore.certificate.chain"] = _file_content_reference(
+                "ssl.certificate.location", certificate, source
+            )
+            out["kafka.ssl.keystore.key"] = _file_content_reference("ssl.key.location", key_file, source)
+            providers.add("dir")
     if username is not None:
         module = (
             "org.apache.kafka.common.security.scram.ScramLoginModule"
             if mechanism.startswith("SCRAM")
             else "org.apache.kafka.common.security.plain.PlainLoginModule"
         )
+        ref = reference(password, name="sasl.password", source=source)
+        if ref is not None:  # Kafka puts the referenced value into the JAAS string as it is
+            providers.add(ref.provider)
+            quoted_password = f'"{ref}"'
+        else:
+            quoted_password = jaas_quoted(str(password or ""))
         out["kafka.sasl.mechanism"] = mechanism
         out["kafka.sasl.jaas.config"] = (
-            f'{module} required username="{username}" password="{password or ""}";'
+            f"{module} required username={jaas_quoted(str(username))} password={quoted_password};"
         )
+    if providers:
+        out["kafka.config.providers"] = ",".join(sorted(providers))
+        for name in sorted(providers):
+            out[f"kafka.config.providers.{name}.class"] = PROVIDER_CLASSES[name]
     return out
+
+
+#: Properties :func:`to_spark_kafka_options` turns into other Java client settings.
+_SPARK_MAPPED = frozenset(
+    {"sasl.username", "sasl.password", "sasl.mechanisms", "ssl.certificate.location", "ssl.key.location"}
+)
+
+
+def _file_content_reference(name: str, path: Any, source: str) -> str:
+    """A ``DirectoryConfigProvider`` reference to the content of the file ``path``."""
+    directory, _, file_name = str(path).rpartition("/")
+    if not str(path).startswith("/") or not directory or not file_name or any(c in str(path) for c in ":{}"):
+        raise KafkaConfigError(
+            f"{source}: {name!r} = {path!r} must be an absolute path without ':', '{{' or '}}' for Spark's "
+            "Kafka connector (its Java client reads the file's content through Kafka's DirectoryConfigProvider)"
+        )
+    return "${dir:" + directory + ":" + file_name + "}"

@@ -13,8 +13,10 @@ told to connect there.
 its own free port, with a throw-away CA and server certificate made at start (:mod:`.tls`). Its
 users are created by :meth:`KafkaBroker.add_scram_user` through Kafka's Admin API (no password on a
 command line); :meth:`KafkaBroker.secured_client_properties` gives the librdkafka-style properties a
-client (or an Airflow ``kafka`` connection's extra) reads it with. The PLAINTEXT listener stays,
-for the broker's own readiness checks and for test producers.
+client (or an Airflow ``kafka`` connection's extra) reads it with. It also adds ``MTLS``: TLS that
+requires a client certificate signed by the same CA (:meth:`KafkaBroker.mtls_client_properties`
+issues one). The PLAINTEXT listener stays, for the broker's own readiness checks and for test
+producers.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 from ..kafka.clients import new_client
 from .broker import BrokerError, await_start, free_port, metadata_ok, port_open, stop_session
 from .jars import jar_paths, kafka_broker_jars
-from .tls import make_server_tls
+from .tls import make_client_tls, make_server_tls
 
 #: Settings a one-node broker needs (replication factors of the internal topics must be 1) and
 #: ones that make a test or demo broker quick (no rebalance delay, few internal partitions).
@@ -100,6 +102,7 @@ class KafkaBroker:
         self.controller_port = free_port(host)
         self.secured = secured
         self.secured_port = free_port(host) if secured else None
+        self.mtls_port = free_port(host) if secured else None
         self.work_dir = Path(work_dir).resolve()
         self.config = dict(config or {})
         self.heap = heap
@@ -131,6 +134,15 @@ class KafkaBroker:
         return f"{self.host}:{self.secured_port}"
 
     @property
+    def mtls_bootstrap(self) -> str:
+        """``host:port`` of the mutual-TLS listener (``secured=True`` only)."""
+        if self.mtls_port is None:
+            raise BrokerError(
+                f"the Kafka broker on {self.bootstrap} has no mutual-TLS listener: start it with secured=True"
+            )
+        return f"{self.host}:{self.mtls_port}"
+
+    @property
     def ca_path(self) -> Path:
         """The PEM certificate of the CA that signed the secured listener's certificate."""
         return self.work_dir / "tls" / "ca.pem"
@@ -138,19 +150,29 @@ class KafkaBroker:
     def _secured_properties(self) -> dict[str, str]:
         if self.secured_port is None:
             return {}
-        listener = "listener.name.secured"
+        listener, mtls = "listener.name.secured", "listener.name.mtls"
         scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        keystore = str(self.work_dir / "tls" / "server.pem")
         return {
             "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
             f"{listener}.scram-sha-256.sasl.jaas.config": scram,
             f"{listener}.scram-sha-512.sasl.jaas.config": scram,
             f"{listener}.ssl.keystore.type": "PEM",
-            f"{listener}.ssl.keystore.location": str(self.work_dir / "tls" / "server.pem"),
+            f"{listener}.ssl.keystore.location": keystore,
+            f"{mtls}.ssl.keystore.type": "PEM",
+            f"{mtls}.ssl.keystore.location": keystore,
+            f"{mtls}.ssl.truststore.type": "PEM",
+            f"{mtls}.ssl.truststore.location": str(self.ca_path),
+            f"{mtls}.ssl.client.auth": "required",
         }
 
     def properties(self) -> dict[str, str]:
         controller = f"{self.host}:{self.controller_port}"
-        secured = f",SECURED://{self.host}:{self.secured_port}" if self.secured_port else ""
+        secured = (
+            f",SECURED://{self.host}:{self.secured_port},MTLS://{self.host}:{self.mtls_port}"
+            if self.secured_port
+            else ""
+        )
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
@@ -160,7 +182,7 @@ class KafkaBroker:
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
-            + (",SECURED:SASL_SSL" if secured else ""),
+            + (",SECURED:SASL_SSL,MTLS:SSL" if secured else ""),
             "log.dirs": str(self.data_dir),
             **SINGLE_NODE_DEFAULTS,
             **self._secured_properties(),
@@ -278,6 +300,26 @@ class KafkaBroker:
             "sasl.password": password,
             "ssl.ca.location": str(self.ca_path),
         }
+
+    def mtls_client_properties(
+        self, directory: Path, name: str, key_password: str | None = None, key_encryption: str = "pbes2"
+    ) -> dict[str, str]:
+        """A new client certificate for ``name`` (in ``directory``; its PKCS#8 key encrypted with
+        ``key_password`` if given, by ``key_encryption``: :func:`.tls.make_client_tls`) and the
+        librdkafka-style properties of a client of the mutual-TLS listener that presents it."""
+        client = make_client_tls(
+            self.work_dir / "tls", directory, name, key_password=key_password, key_encryption=key_encryption
+        )
+        props = {
+            "bootstrap.servers": self.mtls_bootstrap,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(self.ca_path),
+            "ssl.certificate.location": str(client.certificate_path),
+            "ssl.key.location": str(client.key_path),
+        }
+        if key_password:
+            props["ssl.key.password"] = key_password
+        return props
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM (a controlled shutdown), then SIGKILL; the JVM is the leader of its own session."""

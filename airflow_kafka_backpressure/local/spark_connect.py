@@ -5,6 +5,11 @@ pip's pyspark has no ``start-connect-server.sh``: the server is started as
 ``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer spark-internal`` with
 its gRPC endpoint, driver and UI bound to 127.0.0.1. Its scratch directories live under
 ``work_dir``. It runs in its own session (process group) and is stopped with it, by PID.
+
+``token``: the server then requires every client to present it (Spark Connect's pre-shared token,
+``spark.connect.authenticate.token``, handed over in the server's environment as
+``SPARK_CONNECT_AUTHENTICATE_TOKEN``: never on its command line or in its UI). pyspark's client sends
+a token only over TLS, or to ``localhost`` (:attr:`SparkConnectServer.client_url`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from ..engines.environment import spark_conf_defaults, spark_submit_env
 from .broker import await_start, free_port, port_open, stop_session
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+#: The server's environment variable for its pre-shared token (Spark's own name).
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 #: An operation whose client went away (a killed task) is interrupted after this long.
 DETACHED_TIMEOUT = "60s"
 
@@ -42,17 +49,27 @@ class SparkConnectServer:
         master: str = "local[2]",
         conf: Mapping[str, str] | None = None,
         host: str = "127.0.0.1",
+        token: str | None = None,
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self.master = master
         self.work_dir = Path(work_dir).resolve()
         self.conf = dict(conf or {})
+        self.token = token
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"sc://{self.host}:{self.port}"
+
+    @property
+    def client_url(self) -> str:
+        """The URL a client connects with: with the token, ``localhost`` (pyspark refuses to send a
+        token to another host without TLS)."""
+        if self.token is None:
+            return self.url
+        return f"sc://localhost:{self.port}/;token={self.token}"
 
     @property
     def pid(self) -> int | None:
@@ -92,6 +109,9 @@ class SparkConnectServer:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env.update(spark_submit_env(self.work_dir, local_only=self.host in ("127.0.0.1", "localhost")))
+        env.pop(TOKEN_ENV, None)
+        if self.token is not None:
+            env[TOKEN_ENV] = self.token
         spark_submit = shutil.which("spark-submit", path=env.get("PATH"))
         if spark_submit is None:
             raise SparkConnectError(

@@ -36,6 +36,7 @@ import pyarrow as pa
 from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.spark.completion import record_read_completion
 from airflow_kafka_backpressure.spark.range_split import group_pieces, split_ranges
+from airflow_kafka_backpressure.spark.session_secrets import with_session_secrets
 from airflow_kafka_backpressure.storage import StorageError, location
 
 #: Spark's names of Parquet codecs -> pyarrow's (the ones both write).
@@ -91,6 +92,7 @@ class RangeFileTask:
         compression: str | None,
         plain_columns: Sequence[str] | str | None,
         groups: Sequence[Sequence[int]] | None = None,
+        secrets_file: str | None = None,
     ) -> None:
         self.pieces = [p.to_dict() for p in pieces]
 
@@ -102,6 +104,7 @@ class RangeFileTask:
         self.token = token
         self.codec = parquet_codec(compression)
         self.plain_columns = plain_columns
+        self.secrets_file = secrets_file  # the session's file with the secret Kafka properties
 
     def file_name(self, index: int) -> str:
         return f"part-{index:05d}-{self.token}.{self.codec.lower()}.parquet"
@@ -133,7 +136,7 @@ class RangeFileTask:
                 try:
                     for batch in read_range(
                         r,
-                        self.kafka_props,
+                        with_session_secrets(self.kafka_props, self.secrets_file),
                         on_complete=lambda _r, n, b: done.append((n, b)),
                         **self.read_options,
                     ):
@@ -182,13 +185,15 @@ def write_ranges(
     compression: str | None = None,
     plain_columns: Sequence[str] | str | None = None,
     slots: int | None = None,
+    secrets_file: str | None = None,
     **read_options: Any,
 ) -> int:
     """Write ``ranges`` into ``staging`` with one Spark task per input partition, or per task slot
     when ``slots`` is given and there are more pieces (module doc); returns the rows written (the
     Spark job fails, with the task's error, if any piece cannot be read or written).
     ``read_options``: :func:`.range_reader.read_range`'s (poll and stall timeouts, batch size);
-    ``max_records_per_partition`` 0 or None: no limit."""
+    ``max_records_per_partition`` 0 or None: no limit; ``secrets_file``: the Spark Connect session's
+    file with the secret Kafka properties that ``kafka_props`` lacks (:mod:`.session_secrets`)."""
     # defers the Kafka clients (confluent-kafka, kafka-python)
     from airflow_kafka_backpressure.spark.range_clients import check_reader_config
 
@@ -209,6 +214,7 @@ def write_ranges(
         compression,
         plain_columns,
         groups,
+        secrets_file,
     )
     done = spark.range(0, len(groups), 1, len(groups)).mapInArrow(task, "piece long, rows long").collect()
     if sorted(int(row["piece"]) for row in done) != list(range(len(pieces))):

@@ -70,6 +70,7 @@ from airflow_kafka_backpressure.spark.readers import (
     read_ranges,
     reader_settings,
 )
+from airflow_kafka_backpressure.spark.session_secrets import plan_properties
 from airflow_kafka_backpressure.storage import Location, StorageError, location
 
 log = logging.getLogger("airflow_kafka_backpressure.spark.job")
@@ -244,7 +245,8 @@ def write_ranges_with_arrow(spark: Any, spec: JobSpec, staging: str, records_dir
     return write_ranges(
         spark,
         spec.plan.ranges,
-        spec.kafka,
+        plan_properties(spec.kafka, spec.secrets_file),
+        secrets_file=spec.secrets_file,
         staging=staging,
         records_dir=records_dir,
         token=spec.token,
@@ -279,7 +281,9 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
             )
     check_bounds(spec)
     writer = batch_writer(spec)
-    reader = "python" if writer == "arrow" else choose_reader(spark, spec.reader)
+    reader = (
+        "python" if writer == "arrow" else choose_reader(spark, spec.reader, secrets_file=spec.secrets_file)
+    )
     writer = chosen_writer(
         writer, spec.transform, reader, arrow_codec(spec.options.get("parquet_compression"))
     )

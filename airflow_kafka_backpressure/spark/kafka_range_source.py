@@ -14,7 +14,8 @@ Options (all strings, as Spark passes them; names are case-insensitive):
 * ``ranges`` — JSON list of ``OffsetRange.to_dict()`` (required).
 * ``kafka.<property>`` — librdkafka-style client properties (``kafka.bootstrap.servers`` …), see
   :mod:`..kafka.config`. One option per property, so Spark's key-based redaction (``password``,
-  ``secret`` …) hides secrets in plans and logs.
+  ``secret`` …) hides secrets where it redacts options (a Spark Connect plan's text is not such a
+  place: the connect engine passes them in ``secretsFile`` instead).
 * ``client`` — ``auto`` (default: confluent-kafka where the executor can import it, else
   kafka-python), ``confluent`` or ``kafka-python``.
 * ``minPartitions`` — as Spark's Kafka source: split large ranges proportionally until there are
@@ -23,6 +24,8 @@ Options (all strings, as Spark passes them; names are case-insensitive):
   (default :data:`DEFAULT_MAX_RECORDS_PER_PARTITION`; ``0`` = no limit). See :mod:`.range_split`.
 * ``pollTimeoutMs`` (1000), ``stallTimeoutS`` (60), ``maxRecordsPerBatch`` (10000): see
   :func:`.range_reader.read_range`, which each input partition runs.
+* ``secretsFile`` — optional: the Spark Connect session's file with the secret Kafka properties,
+  added to the ``kafka.*`` ones where a client is made (:mod:`.session_secrets`).
 * ``readRecordsDir`` — optional: a directory URI where each input partition, once read to its end,
   leaves a completion record (its range, records and key+value bytes) for the sink's commit
   (:func:`.completion.record_read_completion`).
@@ -69,6 +72,7 @@ from airflow_kafka_backpressure.spark.range_reader import (
     read_range,
 )
 from airflow_kafka_backpressure.spark.range_split import split_ranges
+from airflow_kafka_backpressure.spark.session_secrets import with_session_secrets
 
 __all__ = [
     "DEFAULT_MAX_RECORDS_PER_BATCH",
@@ -116,9 +120,10 @@ def range_source_options(
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
     max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH,
     read_records_dir: str | None = None,
+    secrets_file: str | None = None,
 ) -> dict[str, str]:
     """The reader options for ``ranges`` and the librdkafka-style ``kafka_props``
-    (``max_records_per_partition=None``: no limit)."""
+    (``max_records_per_partition=None``: no limit; ``secrets_file``: see :mod:`.session_secrets`)."""
     opts = {
         "ranges": json.dumps([r.to_dict() for r in ranges]),
         "client": client,
@@ -131,6 +136,8 @@ def range_source_options(
         opts["minPartitions"] = str(int(min_partitions))
     if read_records_dir:
         opts["readRecordsDir"] = read_records_dir
+    if secrets_file:
+        opts["secretsFile"] = secrets_file
     for key, value in kafka_props.items():
         opts[KAFKA_OPTION_PREFIX + key] = str(value)
     return opts
@@ -187,6 +194,7 @@ class KafkaRangeReader(DataSourceReader):
             opts, "maxRecordsPerBatch", DEFAULT_MAX_RECORDS_PER_BATCH, int, 1
         )
         self.read_records_dir = opts.get("readrecordsdir") or None
+        self.secrets_file = opts.get("secretsfile") or None
         # Fail at planning time, on the driver, for a bad client choice or configuration.
         check_reader_config(self.kafka_props, self.client, source=f"{SOURCE_NAME} options")
 
@@ -212,7 +220,7 @@ class KafkaRangeReader(DataSourceReader):
 
         return read_range(
             partition.offset_range,
-            self.kafka_props,
+            with_session_secrets(self.kafka_props, self.secrets_file),
             client=self.client,
             poll_timeout_ms=self.poll_timeout_ms,
             stall_timeout_s=self.stall_timeout_s,

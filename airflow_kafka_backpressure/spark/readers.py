@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from airflow_kafka_backpressure.kafka.config import to_spark_kafka_options
+from airflow_kafka_backpressure.kafka.config import KafkaConfigError, to_spark_kafka_options
 from airflow_kafka_backpressure.models import JobSpec
 from airflow_kafka_backpressure.spark import registry
 from airflow_kafka_backpressure.spark.errors import JobError
+from airflow_kafka_backpressure.spark.session_secrets import plan_properties
 
 NATIVE_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 #: Spark's Kafka consumer fetches as the Python reader's does (range_clients.CONFLUENT_FETCH_DEFAULTS):
@@ -81,9 +82,25 @@ def _probe_kafka_source(spark: Any) -> bool:
     return True
 
 
-def choose_reader(spark: Any, reader: str) -> str:
-    """``"python"`` or ``"native"`` for the spec's ``auto | python | native``."""
+def choose_reader(spark: Any, reader: str, *, secrets_file: str | None = None) -> str:
+    """``"python"`` or ``"native"`` for the spec's ``auto | python | native``.
+
+    ``secrets_file``: the batch's Kafka credentials travel in this file of the Spark Connect session
+    (:mod:`.session_secrets`), which Spark's connector cannot read: ``auto`` reads with the Python
+    reader, ``native`` is refused with what to do."""
     if reader == "python":
+        return "python"
+    if secrets_file is not None:
+        if reader == "native":
+            raise JobError(
+                "reader='native' cannot read this batch on the connect engine: the Kafka connection gives its "
+                "credentials (sasl.password, ssl.key.password) as values, the connect engine puts no credential "
+                "into a Spark Connect plan (the server shows plans in its UI and event log), and Spark's Kafka "
+                "connector takes credentials only from its options or from the Spark hosts. Either keep the "
+                "secret on the Spark hosts and the Airflow workers and name it in the connection "
+                '(e.g. "sasl.password": "${dir:/var/run/secrets/kafka:password}" or "${env:KAFKA_PASSWORD}"), '
+                "or set reader to 'auto' or 'python' (the Python reader receives them apart from the plans)"
+            )
         return "python"
     available = native_reader_available(spark)
     if reader == "native" and not available:
@@ -106,7 +123,13 @@ def native_options(spec: JobSpec) -> dict[str, str]:
         assign.setdefault(r.topic, []).append(r.partition)
         starting.setdefault(r.topic, {})[str(r.partition)] = r.from_offset
         ending.setdefault(r.topic, {})[str(r.partition)] = r.until_offset
-    opts = {**NATIVE_FETCH_DEFAULTS, **to_spark_kafka_options(spec.kafka)}
+    try:
+        kafka = to_spark_kafka_options(
+            plan_properties(spec.kafka, spec.secrets_file), source="the Kafka connection"
+        )
+    except KafkaConfigError as e:
+        raise JobError(f"reader='native': {e}") from e
+    opts = {**NATIVE_FETCH_DEFAULTS, **kafka}
     opts.update(
         assign=json.dumps(assign),
         startingOffsets=json.dumps(starting),
@@ -177,6 +200,10 @@ def read_ranges(spark: Any, spec: JobSpec, reader: str, *, read_records_dir: str
         return spark.read.format("kafka").options(**native_options(spec)).load()
     registry.register(spark, KafkaRangeDataSource)
     opts = range_source_options(
-        spec.plan.ranges, spec.kafka, read_records_dir=read_records_dir, **reader_settings(spec)
+        spec.plan.ranges,
+        plan_properties(spec.kafka, spec.secrets_file),
+        read_records_dir=read_records_dir,
+        secrets_file=spec.secrets_file,
+        **reader_settings(spec),
     )
     return spark.read.format(KafkaRangeDataSource.name()).options(**opts).load()

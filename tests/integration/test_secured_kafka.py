@@ -5,9 +5,11 @@ created through Kafka's Admin API). Each test creates its own user and gives the
 the secured listener, in the official Kafka provider's connection format (librdkafka properties in
 the extra: ``security.protocol``, ``sasl.mechanism``, ``sasl.username``, ``sasl.password``,
 ``ssl.ca.location``). Planning, the Spark job's reader (Spark's own connector, or the Python reader),
-the group commit and the lag sensor's trigger all authenticate through it. The
-planted-secret test (``test_secrets_never_leak``) runs the submit engine with Spark's own reader
-against the same listener.
+the group commit and the lag sensor's trigger all authenticate through it. On the connect engine,
+Spark's own reader gets the password as a reference to a file on the hosts (``${dir:…}``): the engine
+puts no credential into a Spark Connect plan, and a password given as a value is refused for that
+reader with what to do. The planted-secret test (``test_secrets_never_leak``) runs both engines and
+both readers against the same listener.
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ def test_a_secured_pipeline_ingests_fails_and_replays_exactly_once(
     engine, reader, request, kafka_broker, scram_user, topic_name, tmp_path, monkeypatch, airflow_db
 ):
     connect_url = request.getfixturevalue("spark_connect").url if engine == "connect" else None
+    if (engine, reader) == ("connect", "native"):  # Spark's connector reads the password on the hosts
+        secret_dir = tmp_path / "host-secrets"
+        secret_dir.mkdir()
+        (secret_dir / "password").write_text(scram_user["sasl.password"])
+        scram_user = {**scram_user, "sasl.password": f"${{dir:{secret_dir}:password}}"}
     flag = tmp_path / "fail-now"
     monkeypatch.setenv("KBP_TEST_FAIL_FLAG", str(flag))
     make = af.pipeline_maker(
@@ -118,3 +125,69 @@ def test_a_wrong_password_fails_the_plan_naming_the_connection_and_mechanism_and
     assert "Kafka connection 'kafka_default'" in message and "sasl.mechanism SCRAM-SHA-512" in message
     assert f"user {scram_user['sasl.username']!r}" in message and "sasl.password" in message
     assert wrong["sasl.password"] not in message  # the message names the fix, never the password
+
+
+def test_spark_readers_connector_on_the_connect_engine_refuses_a_password_given_as_a_value(
+    request, kafka_broker, scram_user, topic_name, tmp_path, monkeypatch, airflow_db
+):
+    """reader='native' on the connect engine with ``sasl.password`` written in the connection: the
+    batch fails before anything is read, saying why and the two ways out; nothing is committed."""
+    make = af.pipeline_maker(
+        monkeypatch,
+        kafka_broker.bootstrap,
+        topic_name,
+        tmp_path,
+        connect_url=request.getfixturevalue("spark_connect").url,
+        kafka_extra=scram_user,
+        engine="connect",
+        reader="native",
+    )
+    p, ledger = make()
+    produce(kafka_broker.bootstrap, topic_name, count=12, partitions=4)
+    r = af.run_dag(p.ingest_dag_id, 0)
+    assert r.task_states["plan"] == "success" and r.task_states["ingest"] == "failed", r.task_states
+    error = ledger.batch(1).error or ""
+    assert "reader='native' cannot read this batch on the connect engine" in error, error
+    assert "${dir:" in error and "'auto' or 'python'" in error
+    assert scram_user["sasl.password"] not in error
+    assert _group_offsets(scram_user, p) == 0 and not sink_ids(p.sink)
+
+
+def test_a_changed_password_reaches_the_next_batch_through_a_new_connect_session(
+    spark_connect, kafka_broker, scram_user, topic_name, tmp_path
+):
+    """The connect engine keeps a pipeline's server session between batches, and the session keeps
+    the file of the Kafka credentials it was first given: after the password changes, the next
+    batch's credentials are refused by that session and the batch runs in a new one."""
+    import json
+
+    from airflow_kafka_backpressure.engines.connect import ConnectEngine
+    from airflow_kafka_backpressure.models import JobSpec
+
+    from airflow_kafka_backpressure.local.producer import ensure_topic
+
+    from .test_spark_job import make_spec
+
+    ensure_topic(kafka_broker.bootstrap, topic_name, 4)
+    produce(kafka_broker.bootstrap, topic_name, count=8, partitions=4)
+    sessions = tmp_path / "work" / "connect-sessions.json"
+
+    def batch(batch_id: int, props: dict, ranges: dict):
+        spec = make_spec(
+            tmp_path, kafka_broker.bootstrap, batch_id, ranges, sink=tmp_path / "sink", kafka=props
+        )
+        spec = JobSpec.from_dict({**spec.to_dict(), "reader": "python"})
+        return ConnectEngine(spark_connect.url, work_root=tmp_path / "work").run(spec)
+
+    first = batch(1, scram_user, {(topic_name, p): (0, 1) for p in range(4)})
+    assert first.records == 4
+    (kept,) = json.loads(sessions.read_text()).values()
+
+    new_password = scram_user["sasl.password"] + "-rotated"
+    kafka_broker.add_scram_user(scram_user["sasl.username"], new_password)
+    second = batch(
+        2, {**scram_user, "sasl.password": new_password}, {(topic_name, p): (1, 2) for p in range(4)}
+    )
+    assert second.records == 4
+    (renewed,) = json.loads(sessions.read_text()).values()
+    assert renewed != kept

@@ -48,12 +48,25 @@ def test_secret_spark_settings_go_to_a_private_properties_file(tmp_path):
         "spark.hadoop.fs.s3a.secret.key": "S3CR3T",
         "spark.hadoop.fs.s3a.access.key": "AKIA",
         "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net": "AZ",
-        "spark.kubernetes.authenticate.oauthToken": "tok",
+        "spark.kubernetes.authenticate.oauthToken": "OAUTH-VALUE",
+        # no secret word Spark's redaction knows: secret all the same (not known to be safe)
+        "spark.hadoop.fs.s3a.encryption.key": "SSE-KEY",
+        "spark.hadoop.fs.gs.auth.service.account.private.key": "GS-KEY",
+        "spark.hadoop.fs.azure.sas.box.acct.blob.core.windows.net": "SAS-TOKEN",
+        "spark.sql.catalog.lake.uri": "jdbc:postgresql://u:pw@h/db",
+        "spark.some.plugin.setting": "plugin-value-1",
         "spark.sql.shuffle.partitions": "8",
+        "spark.executor.memory": "2g",
     }
     plain, secret = split_secret_conf(conf)
-    assert plain == {"spark.sql.shuffle.partitions": "8"}
+    regex = plain.pop("spark.redaction.regex")
+    assert plain == {"spark.sql.shuffle.partitions": "8", "spark.executor.memory": "2g"}
     assert set(secret) == set(conf) - set(plain)
+    # Spark's UI and event log redact every one of them by name (Java's \Q...\E quoting)
+    assert regex.startswith("(?i)secret|password|token|access[.]?key|")
+    named = {k.removeprefix("spark.hadoop.") for k in secret}  # Hadoop's names match both forms
+    assert all(f"\\Q{k}\\E" in regex for k in named)
+    assert not any(v in regex for v in secret.values())
     path = tmp_path / "s.properties"
     write_properties_file(path, {"a.secret": "x=y:z\\n"})
     assert (path.stat().st_mode & 0o777) == 0o600
@@ -350,6 +363,28 @@ def test_an_unreachable_connect_server_fails_the_batch_at_once_naming_the_connec
         listening.bind(("127.0.0.1", 0))
         listening.listen(1)
         assert server_unreachable(f"sc://127.0.0.1:{listening.getsockname()[1]}") is None
+
+
+def test_the_connect_engine_refuses_spark_settings_not_known_to_hold_no_secret_before_any_session(tmp_path):
+    """Issue 39, item 11: a session's settings reach its jobs as local properties, which a Connect
+    server's event log records unredacted: credentials (whatever their names) belong to the server."""
+    from airflow_kafka_backpressure.engines.connect import ConnectEngine
+
+    engine = ConnectEngine(
+        "sc://127.0.0.1:1",  # nothing listens: the refusal comes first
+        work_root=tmp_path,
+        spark_conf={
+            "spark.sql.shuffle.partitions": "4",
+            "spark.hadoop.fs.s3a.encryption.key": "sse-v4lue",
+            "spark.hadoop.fs.s3a.secret.key": "s3-v4lue",
+        },
+    )
+    with pytest.raises(BatchJobError) as err:
+        engine.run(_spec(tmp_path))
+    message = str(err.value)
+    assert "spark.hadoop.fs.s3a.encryption.key, spark.hadoop.fs.s3a.secret.key" in message
+    assert "Connect server's own configuration" in message and "spark.sql.shuffle.partitions" not in message
+    assert "v4lue" not in message
 
 
 def test_the_launcher_watch_reads_parents_from_proc_and_ignores_a_missing_or_bad_pid():

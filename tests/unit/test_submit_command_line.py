@@ -147,3 +147,35 @@ def test_a_properties_file_keeps_the_clusters_spark_defaults(monkeypatch, tmp_pa
     assert "spark.yarn.queue=etl" in seen["properties"].splitlines()
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "nowhere"))
     assert spark_defaults() == {}
+
+
+def test_credentials_whose_names_spark_does_not_redact_stay_off_the_command_line(monkeypatch, tmp_path):
+    """Issue 39, item 11: a setting is secret unless it is known to hold none — an S3 encryption key, a
+    GCS service account's private key, an Azure SAS token, a catalog's JDBC URL go to the private
+    properties file, and the application's redaction pattern names each of them."""
+    hidden = {
+        "spark.hadoop.fs.s3a.encryption.key": "sse-k3y-value",
+        "spark.hadoop.fs.gs.auth.service.account.private.key": "gs-pr1vate-key",
+        "spark.hadoop.fs.azure.sas.box.acct.blob.core.windows.net": "sv=2024&sig=s4s",
+        "spark.sql.catalog.lake.uri": "jdbc:postgresql://u:jdbc-pw@h/db",
+    }
+    engine, spec = _engine_and_spec(
+        monkeypatch,
+        tmp_path,
+        "spark_local",
+        "local[2]",
+        "client",
+        spark_conf={**hidden, "spark.sql.shuffle.partitions": "4"},
+    )
+    with pytest.raises(BatchJobError, match="left no result"):
+        engine.run(spec)
+    (seen,) = _Captured.seen
+    line = " ".join(seen["cmd"])
+    (regex,) = [a.split("=", 1)[1] for a in seen["cmd"] if a.startswith("spark.redaction.regex=")]
+    rest = line.replace(regex, "")  # the names are in the redaction pattern only
+    for key, value in hidden.items():
+        name = key.removeprefix("spark.hadoop.")  # Spark shows a Hadoop setting under its Hadoop name too
+        assert value not in line and name not in rest, key
+        assert f"{key}=" in seen["properties"]
+        assert f"\\Q{name}\\E" in regex
+    assert "spark.sql.shuffle.partitions=4" in line  # known safe: on the command line as before
