@@ -98,7 +98,7 @@ def run_table_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
                 f"{spec.adopt.refusal} (no committed version of the batch to adopt: {'; '.join(problems)})"
             )
     check_bounds(spec)
-    reader = choose_reader(spark, spec.reader)
+    reader = choose_reader(spark, spec.reader, secrets_file=spec.secrets_file)
     read_started_at_ms = _now_ms()
     where = f"batch {plan.batch_id} of pipeline {plan.pipeline!r} into {spec.sink_format} table {plan.sink!r}"
     reads = any(r.count > 0 for r in plan.ranges)
