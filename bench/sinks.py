@@ -14,8 +14,8 @@ gateway on 127.0.0.1, :class:`~airflow_kafka_backpressure.local.s3.S3Server`):
   - ``parquet local``: the Parquet-directory sink (``spark.sink.write_batch``: staging directory,
     fence, commit with the row check, swap), Spark's Parquet writer;
   - ``delta local`` and ``delta s3``: the Delta sink (``sinks.DeltaSink.write_batch``: one
-    transaction with ``replaceWhere`` and the batch's ``txnAppId``/``txnVersion``, then the
-    commit read back from the table's history);
+    transaction, an append since each run is a first attempt, with the batch's
+    ``txnAppId``/``txnVersion``, then the commit read back from the table's history);
   - ``parquet s3`` is refused by the pipeline (``sink_placement.sink_refusal``): its message is printed.
 
 * **commit cost against history**: small batches (``--small-records`` rows each) are committed one
@@ -23,7 +23,11 @@ gateway on 127.0.0.1, :class:`~airflow_kafka_backpressure.local.s3.S3Server`):
   the sink holds each checkpoint's number of batches (``--history``, default 10,100), ``--samples``
   more commits are timed and their median printed, then the ratio of the last checkpoint's to the
   first's. A commit whose cost does not grow with the sink's history gives a ratio near 1. Beside
-  each median, one replay: the last batch committed again as its second attempt.
+  each median, the median of ``--samples`` replays of each kind, and at the end their ratios too:
+  a replay of a committed batch (one of the newest batches committed again as its second attempt:
+  a replay of a batch whose worker died after the commit, or a cleared run's rewrite) and a replay
+  of a batch that never committed (the usual replay: a failed batch's second attempt, whose batch
+  id the sink has never seen).
   ``--prefill`` (local sinks) fills the history between checkpoints without Spark, so 10,000
   batches take minutes instead of half a day (a Delta commit of a small batch takes seconds on a
   2-core machine): the first batch is committed through the product's path (it creates the
@@ -179,9 +183,13 @@ def history(spark: Any, args: argparse.Namespace, where: dict[str, Callable[[str
             sink = where[loc](f"history-{fmt}")
             fill = PREFILL[fmt] if args.prefill and loc == "local" else None
             medians, line = commit_times(spark, args, writer(fmt, spark, sink), checkpoints, sink, fill)
-            ratio = medians[-1] / medians[0]
+            commit, committed, fresh = (medians[-1][k] / medians[0][k] for k in range(3))
             how = ", history prefilled" if fill else ""
-            print(f"  {fmt + ' ' + loc:<14} " + ", ".join(line) + f"; last/first {ratio:.2f}x{how}")
+            print(
+                f"  {fmt + ' ' + loc:<14} "
+                + "; ".join(line)
+                + f"; last/first: commit {commit:.2f}x, replays {committed:.2f}x and {fresh:.2f}x{how}"
+            )
 
 
 def batch_ranges(batch_id: int, rows: int) -> list[OffsetRange]:
@@ -308,29 +316,35 @@ def commit_times(
     checkpoints: list[int],
     sink: str,
     prefill: Callable[[str, int, int, int], None] | None = None,
-) -> tuple[list[float], list[str]]:
+) -> tuple[list[list[float]], list[str]]:
     """Commit small batches one after the other (``prefill``: the first through ``write``, the
     rest up to each checkpoint by ``prefill``, then one untimed ``write``); at each checkpoint the
-    median of ``--samples`` more commits (seconds), and the checkpoints' descriptions."""
-    medians: list[float] = []
+    medians of ``--samples`` more commits, of as many replays of committed batches and of as many
+    replays of batches that never committed (seconds), and the checkpoints' descriptions."""
+    medians: list[list[float]] = []
     line: list[str] = []
     batch_id = 0
+    never_committed = 10**9  # batch ids far above the sequence: the sink has never seen them
+
+    def timed(batch: int, attempt: int) -> float:
+        df, ranges = kafka_rows(spark, args.small_records, 16, first_offset=batch * args.small_records)
+        t0 = time.perf_counter()
+        write(df, batch, attempt, ranges, args.small_records)
+        return time.perf_counter() - t0
 
     def one() -> float:
         nonlocal batch_id
-        df, ranges = kafka_rows(spark, args.small_records, 16, first_offset=batch_id * args.small_records)
-        t0 = time.perf_counter()
-        write(df, batch_id, 1, ranges, args.small_records)
         batch_id += 1
-        return time.perf_counter() - t0
+        return timed(batch_id - 1, 1)
 
-    def replay() -> float:
-        """The last batch committed again, as its second attempt (a replay or a cleared run)."""
-        last = batch_id - 1
-        df, ranges = kafka_rows(spark, args.small_records, 16, first_offset=last * args.small_records)
-        t0 = time.perf_counter()
-        write(df, last, 2, ranges, args.small_records)
-        return time.perf_counter() - t0
+    def replay_committed(i: int) -> float:
+        """One of the newest batches committed again, as its second attempt."""
+        return timed(batch_id - 1 - i, 2)
+
+    def replay_never_committed() -> float:
+        nonlocal never_committed
+        never_committed += 1
+        return timed(never_committed, 2)
 
     for checkpoint in checkpoints:
         if prefill is not None and checkpoint - 1 > batch_id:
@@ -340,8 +354,19 @@ def commit_times(
             batch_id = checkpoint - 1
         while batch_id < checkpoint:
             one()
-        medians.append(statistics.median(one() for _ in range(args.samples)))
-        line.append(f"{checkpoint}: {medians[-1] * 1000:.0f} ms (a replay {replay() * 1000:.0f} ms)")
+        n = args.samples
+        medians.append(
+            [
+                statistics.median(one() for _ in range(n)),
+                statistics.median(replay_committed(i) for i in range(n)),
+                statistics.median(replay_never_committed() for _ in range(n)),
+            ]
+        )
+        commit, committed, fresh = (m * 1000 for m in medians[-1])
+        line.append(
+            f"{checkpoint}: {commit:.0f} ms (replays: of a committed batch {committed:.0f} ms, "
+            f"of a batch never committed {fresh:.0f} ms)"
+        )
     return medians, line
 
 

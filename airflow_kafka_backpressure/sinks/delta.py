@@ -2,16 +2,20 @@
 
 How a batch is written (:meth:`DeltaSink.write_batch`), as one ``df.write.format("delta")``:
 
-* the rows get two columns, ``kbp_pipeline`` and ``kbp_batch_id``;
+* the rows get two columns, ``kbp_pipeline`` and ``kbp_batch_id`` (first, so that a new table
+  keeps column statistics for them: Delta collects them for the first 32 columns by default);
 * the batch's first attempt (attempt 1) appends: no attempt of the batch can have written
   before it, and a retry of it is skipped by Delta (below). Every later attempt writes with mode
-  ``overwrite`` and ``replaceWhere = kbp_pipeline = <p> AND kbp_batch_id = <N>``: the transaction
+  ``overwrite`` and ``replaceWhere = kbp_pipeline = <p> AND kbp_batch_id = <N>L``: the transaction
   removes whatever rows the batch had and adds the new ones, atomically, and touches no other batch
   or pipeline (Delta checks every written row matches the predicate). A rewrite replaces the batch;
-  it never appends beside it. Why not ``replaceWhere`` always: Delta finds the rows to replace by
-  reading every data file of the table (its file skipping by column statistics, which a ``DELETE``
-  with the same predicate uses, is not applied on this path), so such a commit's cost grows with the
-  table (bench/sinks.py: 18-23 s of a 25 s commit at 10,000 batches); an append reads no data file;
+  it never appends beside it. Delta finds the rows to replace with a ``DELETE`` inside the
+  transaction that skips files by their column statistics, so it reads only the files that may
+  hold the batch's rows (those the batch's last commit added, or a file an ``OPTIMIZE`` merged them
+  into), as long as the predicate's literal is of the column's type: with ``<N>`` (an INT against
+  the BIGINT column) Delta's analysed-only predicate keeps a cast that file skipping cannot use, and
+  read every data file (a rewrite at 10,000 batches: 1,250 tasks over 40,000 files). A first attempt
+  still appends, which needs no file skipping at all;
 * Delta's idempotent-write options ``txnAppId = kbp:<pipeline>:batch:<N>`` (one application id per
   batch) and ``txnVersion = <attempt>`` (the ledger's attempt number). Delta skips a write whose
   txnVersion is <= the last one committed for that app id, checked inside the transaction. With one
@@ -26,9 +30,10 @@ How a batch is written (:meth:`DeltaSink.write_batch`), as one ``df.write.format
   ``replaceWhere`` copied out of a file it rewrote, as it must after an ``OPTIMIZE`` put several
   batches in one file).
 
-Delta's skip is silent, so after the write the sink reads the batch's newest commit back (among the
-table's last :attr:`DeltaSink.recent_commits` commits, where it is unless other writers committed
-many times meanwhile or Delta skipped the write; else in the whole history): written by
+Delta's skip is silent, so after the write the sink reads the batch's newest commit back
+(:meth:`DeltaSink.committed`: among the table's last :attr:`DeltaSink.recent_commits` commits, where
+it is unless other writers committed many times meanwhile or Delta skipped the write; further back
+only if the table holds rows of the batch, never the whole history for nothing): written by
 this attempt (now or by an earlier try of it) is success; by a newer attempt raises
 :class:`~.base.SinkFenced`; a row count other than ``expected_records`` raises
 :class:`~.base.SinkFormatError` (the commit stays until a newer attempt replaces it). Delta checks
@@ -81,8 +86,11 @@ def _sql_string(value: str) -> str:
 
 
 def batch_predicate(pipeline: str, batch_id: int) -> str:
-    """The ``replaceWhere`` predicate that selects exactly the batch's rows."""
-    return f"{PIPELINE_COLUMN} = {_sql_string(pipeline)} AND {BATCH_COLUMN} = {int(batch_id)}"
+    """The ``replaceWhere`` predicate that selects exactly the batch's rows. The batch id is a
+    BIGINT literal (``5L``), of the column's type: an INT literal gets a cast, which Delta's
+    ``replaceWhere`` (its predicate is analysed, never optimised) cannot use to skip files by their
+    statistics, so it would read every data file of the table."""
+    return f"{PIPELINE_COLUMN} = {_sql_string(pipeline)} AND {BATCH_COLUMN} = {int(batch_id)}L"
 
 
 def _table_ref(sink: str) -> str:
@@ -193,8 +201,10 @@ class DeltaSink(SinkFormat):
             "expected_records": expected_records,
             "details": dict(details or {}),
         }
-        rows = df.withColumn(PIPELINE_COLUMN, F.lit(pipeline)).withColumn(
-            BATCH_COLUMN, F.lit(int(batch_id)).cast("long")
+        # the batch's two columns first: a new table keeps Delta's column statistics (of its first
+        # 32 columns by default) for them, which a rewrite and a look-up skip files by
+        rows = df.select(
+            F.lit(pipeline).alias(PIPELINE_COLUMN), F.lit(int(batch_id)).cast("long").alias(BATCH_COLUMN), "*"
         )
         where = f"Delta table {sink}, batch {batch_id} of pipeline {pipeline!r}"
         if attempt > 1:
@@ -229,14 +239,15 @@ class DeltaSink(SinkFormat):
             if newer is not None and newer.attempt > attempt:
                 raise SinkFenced(_fenced(where, attempt, newer)) from e
             raise
-        commit = self.committed(
-            spark, sink, pipeline=pipeline, batch_id=batch_id, within_last=self.recent_commits
-        )
-        if commit is None:  # not among the newest: Delta skipped the write, or other writers committed since
-            commit = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
+        # among the newest commits, unless Delta skipped the write (an older commit of the batch) or
+        # other writers committed many times since (see committed())
+        commit = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
         if commit is None:
             raise SinkFormatError(
-                f"{where}: attempt {attempt} wrote, but the table's history has no commit of the batch"
+                f"{where}: attempt {attempt} wrote, but the table's history has no commit of the batch holding "
+                f"rows: Delta skipped the write as already done (the transactions of app id "
+                f"{app_id(pipeline, batch_id)!r} name an attempt >= {attempt}) and the batch's commit holds no rows "
+                "or is beyond the table's log retention; a replay's newer attempt writes the batch again"
             )
         if not same_batch_offsets(commit.ranges, ranges):
             # Delta skipped this write: the batch's app id has a version >= this attempt, set by
@@ -278,35 +289,69 @@ class DeltaSink(SinkFormat):
         self, spark: Any, sink: str, *, pipeline: str, batch_id: int, within_last: int | None = None
     ) -> BatchCommit | None:
         """See :meth:`SinkFormat.committed`; ``within_last``: look at the table's newest
-        ``within_last`` commits only (None if the batch's newest commit is older)."""
-        from pyspark.sql import functions as F
+        ``within_last`` commits only (None if the batch's newest commit is older).
 
-        limit = "" if within_last is None else f" LIMIT {max(1, int(within_last))}"
+        Without ``within_last``, newest first and without reading the whole history: the table's
+        newest :attr:`recent_commits` commits (a batch's commit is mostly among them: a write's
+        read-back, a rewrite of a batch just committed); else, when the table holds no row of the
+        batch (:meth:`holds_rows`, which reads only the batch's files), None: no commit to adopt or
+        to protect (a commit of no rows further back is not looked for); else windows ten times
+        larger each, back to the batch's newest commit. The look-up's cost grows with how far back
+        that commit is, never with the table's size."""
+        window = self.recent_commits if within_last is None else max(1, int(within_last))
+        while True:
+            found, exhausted = self._newest_in(spark, sink, pipeline, batch_id, window)
+            if found is not None or exhausted or within_last is not None:
+                return found
+            if window == self.recent_commits and not self.holds_rows(
+                spark, sink, pipeline=pipeline, batch_id=batch_id
+            ):
+                return None
+            window *= 10
+
+    def holds_rows(self, spark: Any, sink: str, *, pipeline: str, batch_id: int) -> bool:
+        """Whether the table's current version holds any row of the batch. Delta's data skipping
+        (the column statistics of ``kbp_pipeline`` and ``kbp_batch_id``) opens only the files that
+        may hold them."""
         try:
-            history = spark.sql(f"DESCRIBE HISTORY {_table_ref(sink)}{limit}")
-            meta = F.col("userMetadata")
-            rows = (
-                history.where(meta.isNotNull())
-                .where(F.get_json_object(meta, "$.pipeline") == F.lit(pipeline))
-                .where(F.get_json_object(meta, "$.batch_id") == F.lit(str(int(batch_id))))
-                .select(
-                    "version",
-                    "userMetadata",
-                    F.col("operationMetrics").getItem("numOutputRows").alias("rows"),
-                    F.col("operationMetrics").getItem("numCopiedRows").alias("copied"),
-                    F.col("operationMetrics").getItem("numOutputBytes").alias("bytes"),
-                )
-                .orderBy(F.col("version").desc())
-                .limit(1)
-                .collect()
-            )
+            rows = spark.read.format("delta").load(sink).where(batch_predicate(pipeline, batch_id))
+            return bool(rows.limit(1).count())
         except Exception as e:  # pyspark's AnalysisException differs between classic and Connect
             if _is_missing_table(e):
-                return None
+                return False
             raise
-        if not rows:
-            return None
-        row = rows[0]
+
+    def _newest_in(
+        self, spark: Any, sink: str, pipeline: str, batch_id: int, window: int
+    ) -> tuple[BatchCommit | None, bool]:
+        """The batch's newest commit among the table's newest ``window`` commits (one ``DESCRIBE
+        HISTORY … LIMIT``: one log file read per commit), and whether they are the whole history."""
+        from pyspark.sql import functions as F
+
+        meta = F.col("userMetadata")
+        ours = (
+            meta.isNotNull()
+            & (F.get_json_object(meta, "$.pipeline") == F.lit(pipeline))
+            & (F.get_json_object(meta, "$.batch_id") == F.lit(str(int(batch_id))))
+        )
+        metrics = F.col("operationMetrics")
+        try:
+            history = spark.sql(f"DESCRIBE HISTORY {_table_ref(sink)} LIMIT {int(window)}").select(
+                "version",
+                F.when(ours, meta).alias("userMetadata"),
+                F.when(ours, metrics.getItem("numOutputRows")).alias("rows"),
+                F.when(ours, metrics.getItem("numCopiedRows")).alias("copied"),
+                F.when(ours, metrics.getItem("numOutputBytes")).alias("bytes"),
+            )
+            rows = history.collect()
+        except Exception as e:  # pyspark's AnalysisException differs between classic and Connect
+            if _is_missing_table(e):
+                return None, True
+            raise
+        mine = [r for r in rows if r["userMetadata"] is not None]
+        if not mine:
+            return None, len(rows) < window
+        row = max(mine, key=lambda r: int(r["version"]))
         d = json.loads(row["userMetadata"])
         expected = d.get("expected_records")
         return BatchCommit(
@@ -321,4 +366,4 @@ class DeltaSink(SinkFormat):
             bytes=None if row["bytes"] is None else int(row["bytes"]),
             expected_records=None if expected is None else int(expected),
             details=dict(d.get("details") or {}),
-        )
+        ), True

@@ -10,7 +10,10 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from airflow_kafka_backpressure.models import Adoption, BatchPlan, JobSpec, OffsetRange
+from airflow_kafka_backpressure.sinks import DeltaSink
 from airflow_kafka_backpressure.spark.table_job import adopt_table_commit, run_table_batch
 
 from .test_delta_sink import PIPELINE, contents, ranges, write, write_fewer_rows_than_read
@@ -114,3 +117,66 @@ def test_a_transform_runs_once_per_batch(delta_spark, kafka_broker, topic_name, 
     ids = sorted(json.loads(r["value"])["id"] for r in delta_spark.read.format("delta").load(table).collect())
     assert ids == list(range(40))
     assert Path(table, "_delta_log", f"{0:020d}.json").exists()
+
+
+@pytest.fixture
+def old_parts_unreadable(delta_spark, tmp_path, monkeypatch) -> str:
+    """A table of batches 1 to 12 (table versions 0 to 11; Delta's checkpoint at version 10 holds
+    the state) whose old parts cannot be read: the log entries of versions 0 to 3 are overwritten
+    with garbage (the snapshot does not need them, the checkpoint holds their state) and batch 2's
+    data files are deleted. A commit that reads the whole history, or every data file, fails on them.
+    The sink's look-up starts with the newest 3 commits here (``recent_commits``)."""
+    table = str(tmp_path / "t")
+    for batch_id in range(1, 13):
+        write(delta_spark, table, batch_id, attempt=1, n=4)
+    log_dir = Path(table, "_delta_log")
+    assert (log_dir / f"{10:020d}.checkpoint.parquet").exists()
+    batch_2 = [json.loads(line) for line in (log_dir / f"{1:020d}.json").read_text().splitlines()]
+    for action in batch_2:
+        if "add" in action:
+            Path(table, action["add"]["path"]).unlink()
+    for version in range(4):
+        (log_dir / f"{version:020d}.json").write_text("not a Delta commit\n")
+    monkeypatch.setattr(DeltaSink, "recent_commits", 3)
+    return table
+
+
+def test_a_replay_looks_up_a_batch_that_never_committed_without_the_whole_history(
+    delta_spark, old_parts_unreadable
+):
+    """Batch 20 failed before its commit: the replay's adoption look-up reads the newest commits
+    and finds no row of the batch (Delta's file skipping opens none of the table's files), so it
+    does not read back through the history."""
+    table = old_parts_unreadable
+    spec = table_spec(table, 20, ranges(20, 4), attempt=2, adopt=Adoption("a" * 32, ranges(20, 4)))
+
+    assert adopt_table_commit(delta_spark, spec) == (None, ["no committed version"])
+    assert not DeltaSink().holds_rows(delta_spark, table, pipeline=PIPELINE, batch_id=20)
+    assert DeltaSink().holds_rows(delta_spark, table, pipeline=PIPELINE, batch_id=11)
+
+
+def test_a_rewrite_reads_only_the_batch_files(delta_spark, old_parts_unreadable):
+    """Batch 11's rewrite (attempt 2): its ``replaceWhere`` skips the files that cannot hold batch
+    11's rows by their column statistics, so batch 2's missing files are never opened."""
+    table = old_parts_unreadable
+
+    commit = write(delta_spark, table, 11, attempt=2, n=3, planned=ranges(11, 4))
+
+    assert (commit.attempt, commit.record_count, commit.version) == (2, 3, 12)
+    got = contents_without(delta_spark, table, missing=2)
+    assert got[(PIPELINE, 11)] == (3, {2}) and got[(PIPELINE, 12)] == (4, {1})
+
+
+def contents_without(spark, table: str, missing: int) -> dict:
+    """:func:`contents` of the table's readable part: every batch but ``missing``, whose files are gone."""
+    from pyspark.sql import functions as F
+
+    got = (
+        spark.read.format("delta")
+        .load(table)
+        .where(F.col("kbp_batch_id") != missing)
+        .groupBy("kbp_pipeline", "kbp_batch_id")
+        .agg(F.count("*"), F.collect_set("written_by"))
+        .collect()
+    )
+    return {(r[0], r[1]): (r[2], set(r[3])) for r in got}
