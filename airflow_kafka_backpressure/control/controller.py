@@ -1,17 +1,16 @@
-"""One pipeline's controller: the active mode, Spark's PID and the cost model, and their JSON state.
+"""One pipeline's controller: every control mode (:data:`.modes.REGISTRY`) over its own state, the
+active one, and their JSON state.
 
-Both models are fed every finished batch, whatever the mode, so switching ``mode`` in the settings
-takes effect on the next plan with a warm model:
+Every mode is fed every finished batch, whatever the active one, so switching ``mode`` in the
+settings takes effect on the next plan with a warm model. The controller names no mode: it asks
+the registry and the modes.
 
-* ``spark`` — Spark Streaming's ``PIDRateEstimator`` and ``RateController``, bit for bit
-  (:mod:`.pid`); the planner gets the PID's published rate limit;
-* ``cost`` — the cost-aware mode (:mod:`.cost_mode`); the planner gets the batch budget as a rate.
-
-The state (the Variable ``kbp.<pipeline>.controller_state``) keeps the layout the PID has always
-written — ``estimator``, ``rate_limit``, ``last_batch`` at the top — and adds ``mode`` and ``cost``
-(observations, fitted fixed and per-record cost, warning, target). A state written before the cost
-mode existed loads as a PID state with an empty cost model. NaN, infinite or out-of-range numbers
-are refused with the key that holds them.
+The state (the Variable ``kbp.<pipeline>.controller_state``) holds each mode's part under the mode's
+name (``spark``: the PID's estimator, rate limit and last batch; ``cost``: the cost model), and
+``mode``, ``waiting`` and ``last_plan``. A state written before the modes kept their parts under
+their names (the PID's at the top level) loads as it is (:meth:`.modes.ControlMode.legacy_state`);
+the next save writes the new layout. NaN, infinite or out-of-range numbers are refused with the
+key that holds them.
 
 Pure: no Airflow, Spark or Kafka import.
 """
@@ -19,23 +18,27 @@ Pure: no Airflow, Spark or Kafka import.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from .cost import CostModelError
-from .cost_mode import CostModel, CostParams, PlanInputs, fixed_cost_warning
-from .modes import COST, REGISTRY, SPARK, ControlMode, CostMode, FinishedBatch, PlanDecision, SparkMode
-from .pid import PIDRateEstimator, RateController
+from .cost_mode import CostParams, PlanInputs
+from .modes import COST, REGISTRY, SPARK, ControllerStateError, ControlMode, FinishedBatch, PlanDecision
 from .scaling import ScalingDecision, ScalingPolicy
 
-MODES = tuple(REGISTRY)
-__all__ = ["COST", "SPARK", "MODES", "PlanDecision", "PipelineController", "ControllerStateError", "Feedback"]
+#: The mode names (the registry's keys, live: a mode registered later is one of them).
+MODES = REGISTRY.keys()
+__all__ = [
+    "COST",
+    "DEFAULT_MODE",
+    "MODES",
+    "SPARK",
+    "ControllerStateError",
+    "Feedback",
+    "PipelineController",
+    "PlanDecision",
+]
 #: The bench (bench/controller.py) shows the cost mode winning every shipped scenario.
 DEFAULT_MODE = COST
-
-
-class ControllerStateError(ValueError):
-    """The stored controller state cannot be used; the message names the key and the fix."""
 
 
 def check_finite(value: Any, where: str) -> None:
@@ -52,11 +55,10 @@ def check_finite(value: Any, where: str) -> None:
 
 @dataclass(frozen=True)
 class Feedback:
-    """What one finished batch did: the PID's new estimate (None: none, as in Spark) and the cost
-    model's level-shift event (None: no shift)."""
+    """What one finished batch did, by mode: what each mode's ``observe`` returned (the PID's new
+    estimate, the cost model's level-shift event …)."""
 
-    pid_rate: float | None
-    cost_event: str | None
+    observed: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -120,19 +122,23 @@ def wait_for_data(
 @dataclass
 class PipelineController:
     mode: str
-    rate: RateController
-    cost: CostModel = field(default_factory=CostModel)
+    modes: dict[str, ControlMode]
     waiting: Waiting | None = None  # the last run skipped its batch (see wait_for_data)
     #: what the last plan used (mode, rate, regime, reason, budget records): the page's figure
     last_plan: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.mode not in self.modes:
+            raise ValueError(f"mode must be one of {', '.join(self.modes)}, got {self.mode!r}")
 
     @classmethod
-    def new(cls, mode: str, estimator: PIDRateEstimator) -> PipelineController:
-        return cls(mode, RateController(estimator))
+    def new(cls, mode: str, settings: Any, batch_interval_ms: int) -> PipelineController:
+        """A controller with every registered mode fresh; ``settings``: the parsed settings Variable."""
+        return cls(mode, {name: m.create(settings, batch_interval_ms) for name, m in REGISTRY.items()})
+
+    @property
+    def active(self) -> ControlMode:
+        return self.modes[self.mode]
 
     # ----- feedback ------------------------------------------------------------------------
     def on_batch_completed(
@@ -150,9 +156,9 @@ class PipelineController:
         budget: float | None = None,
         batch_interval_s: float | None = None,
     ) -> Feedback:
-        """Feed one finished batch to every mode (:data:`.modes.REGISTRY`); the active one is told
-        it planned it (the cost mode's correction learns only from its own budgets; in the spark mode
-        it is reset, so a switch to the cost mode starts it from zero)."""
+        """Feed one finished batch to every mode; the active one is told it planned it (the cost
+        mode's correction learns only from its own budgets, and is reset otherwise, so a switch to it
+        starts the correction from zero)."""
         batch = FinishedBatch(
             batch_id,
             time_ms,
@@ -167,20 +173,40 @@ class PipelineController:
         params = params or CostParams()
         if window_batches is not None and window_batches != params.window_batches:
             params = replace(params, window_batches=window_batches)
-        out = {
-            name: mode.observe(batch, params, active=name == self.mode) for name, mode in self.modes().items()
+        observed = {
+            name: m.observe(batch, params, active=name == self.mode) for name, m in self.modes.items()
         }
         self.waiting = None
-        return Feedback(out[SPARK], out[COST])
+        return Feedback(observed)
 
-    def modes(self) -> dict[str, ControlMode]:
-        """Every mode over this controller's state (each wraps its own state object)."""
-        return {SPARK: SparkMode(self.rate), COST: CostMode(self.cost)}
+    def report(self, feedback: Feedback) -> dict[str, Any]:
+        """Every mode's figures of the batch ``feedback`` is about (the record task's result)."""
+        out: dict[str, Any] = {}
+        for name, m in self.modes.items():
+            out.update(m.report(feedback.observed.get(name)))
+        return out
+
+    def summary(self) -> str:
+        return "; ".join(m.summary() for m in self.modes.values())
+
+    def events(self, feedback: Feedback) -> list[str]:
+        """What the modes saw in the batch worth telling the user (a level shift of the cost …)."""
+        found = (m.event(feedback.observed.get(name)) for name, m in self.modes.items())
+        return [e for e in found if e]
 
     # ----- planning ------------------------------------------------------------------------
     def plan(self, params: CostParams, inputs: PlanInputs) -> PlanDecision:
         """The rate for the planner, from the active mode."""
-        return self.modes()[self.mode].plan(params, inputs)
+        return self.active.plan(params, inputs)
+
+    def min_records(self, settings: Any, executors: int) -> int:
+        """``min_records_per_batch``, raised to what the active mode asks for (never above the cap
+        ``max_records_per_batch``)."""
+        n = int(settings.min_records_per_batch)
+        derived = self.active.min_records(settings, executors)
+        if derived is not None:
+            n = min(max(n, derived), settings.max_records_per_batch)
+        return n
 
     def suggest_executors(
         self,
@@ -192,63 +218,66 @@ class PipelineController:
         batches_since_change: int | None,
     ) -> ScalingDecision:
         """The executor target, by the active mode's rule."""
-        return self.modes()[self.mode].suggest_executors(
+        return self.active.suggest_executors(
             current, batches, batch_interval_ms, params, policy, batches_since_change
         )
 
     def warning(self, batch_interval_s: float) -> str | None:
-        return fixed_cost_warning(self.cost.fit(), batch_interval_s)
+        """The first warning any mode has (the cost model's fixed cost, whatever mode plans)."""
+        for m in self.modes.values():
+            w = m.warning(batch_interval_s)
+            if w:
+                return w
+        return None
 
     # ----- state ---------------------------------------------------------------------------
     def to_dict(
         self, params: CostParams | None = None, batch_interval_s: float | None = None
     ) -> dict[str, Any]:
-        """The state; with ``params`` and the interval it also shows the fit, target and warning."""
-        d: dict[str, Any] = {}
-        for mode in self.modes().values():  # the PID's layout at the top, the cost model under "cost"
-            d.update(mode.to_dict())
-        cost: dict[str, Any] = d["cost"]
-        fit = self.cost.fit()
-        cost["fit"] = None if fit is None else fit.to_dict()
-        if params is not None:
-            cost["target_ratio"] = params.target_ratio
-            cost["max_ratio"] = params.max_ratio
-            cost["correction"]["terms"] = self.cost.correction.terms(params)
-        if batch_interval_s is not None:
-            cost["warning"] = fixed_cost_warning(fit, batch_interval_s)
+        """The state; with ``params`` and the interval the modes also show their fit, targets and
+        warnings."""
+        d: dict[str, Any] = {name: m.to_dict(params, batch_interval_s) for name, m in self.modes.items()}
         d["mode"] = self.mode
-        d["cost"] = cost
         d["waiting"] = None if self.waiting is None else self.waiting.to_dict()
         d["last_plan"] = self.last_plan
         return d
 
     @classmethod
     def from_dict(
-        cls, d: dict[str, Any], mode: str, estimator: PIDRateEstimator, *, where: str = "controller state"
+        cls,
+        d: dict[str, Any],
+        mode: str,
+        settings: Any,
+        batch_interval_ms: int,
+        *,
+        where: str = "controller state",
     ) -> PipelineController:
-        """Load a stored state under the current settings (mode and PID parameters).
-
-        New PID gains re-apply the last batch (:meth:`RateController.retuned`).
-        """
+        """Load a stored state under the current settings (the active ``mode``, each mode's
+        parameters: new PID gains re-apply the last batch). A mode without a part in it starts
+        fresh."""
         if not isinstance(d, dict):
             raise ControllerStateError(f"{where}: expected a JSON object, got {type(d).__name__}")
         check_finite(d, where)
-        try:
-            rate = RateController.from_dict(d)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ControllerStateError(f"{where}: not a controller state ({type(e).__name__}: {e})") from e
-        if not (rate.rate_limit == -1 or rate.rate_limit >= 1):
-            raise ControllerStateError(
-                f"{where}.rate_limit = {rate.rate_limit} is invalid: it must be -1 (no estimate yet) or >= 1 "
-                "record/s (0 would mean 'unlimited')"
+        modes: dict[str, ControlMode] = {}
+        for name, kind in REGISTRY.items():
+            if name in d:
+                modes[name] = kind.from_state(d[name], settings, batch_interval_ms, f"{where}.{name}")
+                continue
+            legacy = kind.legacy_state(d)
+            modes[name] = (
+                kind.create(settings, batch_interval_ms)
+                if legacy is None
+                else kind.from_state(legacy, settings, batch_interval_ms, where)
             )
-        try:
-            cost = CostModel.from_dict(d.get("cost") or {}, f"{where}.cost")
-        except CostModelError as e:
-            raise ControllerStateError(str(e)) from e
+        if not any(name in d for name in REGISTRY) and all(
+            kind.legacy_state(d) is None for kind in REGISTRY.values()
+        ):
+            raise ControllerStateError(
+                f"{where}: not a controller state (none of the modes' keys: {', '.join(REGISTRY)})"
+            )
         last_plan = d.get("last_plan")
         if last_plan is not None and not isinstance(last_plan, dict):
             raise ControllerStateError(
                 f"{where}.last_plan = {last_plan!r} is invalid: expected an object or null"
             )
-        return cls(mode, rate.retuned(estimator), cost, Waiting.from_dict(d.get("waiting"), where), last_plan)
+        return cls(mode, modes, Waiting.from_dict(d.get("waiting"), where), last_plan)

@@ -72,12 +72,13 @@ def load_controller(pipeline: PipelineConfig, settings: ControllerSettings) -> P
     A state that is not valid JSON, not a controller state, or holds NaN, infinite or out-of-range
     numbers is refused with the key that holds them."""
     key = pipeline.controller_variable
-    estimator = settings.estimator(pipeline.batch_interval_ms)
     state = _load_json_variable(key)
     if state is None:
-        return PipelineController.new(settings.mode, estimator)
+        return PipelineController.new(settings.mode, settings, pipeline.batch_interval_ms)
     try:
-        return PipelineController.from_dict(state, settings.mode, estimator, where=f"Variable {key!r}")
+        return PipelineController.from_dict(
+            state, settings.mode, settings, pipeline.batch_interval_ms, where=f"Variable {key!r}"
+        )
     except ControllerStateError as e:
         raise ControllerStateError(
             f"{e}. It holds state written by the pipeline: delete it to start the controller again."
@@ -91,8 +92,8 @@ def save_controller(
         pipeline.controller_variable,
         json.dumps(controller.to_dict(settings.cost_params(), pipeline.batch_interval_s), sort_keys=True),
         description=(
-            f"Controller state of pipeline {pipeline.name} (written by the record task): Spark's PID "
-            "(estimator, rate_limit, last_batch) and the cost model (cost)."
+            f"Controller state of pipeline {pipeline.name} (written by the record task): each control "
+            "mode's own state under its name, the active mode, the last plan."
         ),
     )
 

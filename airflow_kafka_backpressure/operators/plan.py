@@ -9,8 +9,8 @@ from airflow.sdk import Context
 
 from .._fault_points import after_plan
 from ..control.allocation import plan_ranges, starting_positions
-from ..control.controller import COST, PlanDecision, Waiting, wait_for_data
-from ..control.cost_mode import ARRIVAL_WINDOW_PLANS, PlanInputs, arrival_rate, records_for_fixed_share
+from ..control.controller import PlanDecision, Waiting, wait_for_data
+from ..control.cost_mode import ARRIVAL_WINDOW_PLANS, PlanInputs, arrival_rate
 from ..hooks.spark_batch import SparkBatchHook
 from ..ledger import Ledger
 from ..models import TopicPartition
@@ -185,15 +185,10 @@ class PlanOffsetRangesOperator(PipelineOperator):
             save_controller(p, controller, settings)
 
     def _min_records(self, settings: Any, controller: Any) -> int:
-        """``min_records_per_batch``; in the cost mode with ``min_batch_fixed_share``, at least the
-        batch whose fitted fixed cost is at most that share of its time (never above the cap)."""
-        n = settings.min_records_per_batch
-        if settings.mode == COST and settings.min_batch_fixed_share > 0:
-            derived = records_for_fixed_share(
-                controller.cost.fit(), settings.min_batch_fixed_share, self._executors(settings)
-            )
-            n = min(max(n, derived), settings.max_records_per_batch)
-        return n
+        """``min_records_per_batch``, or more where the active mode asks for more (the cost mode
+        with ``min_batch_fixed_share``: the batch whose fitted fixed cost is at most that share of
+        its time), never above the cap."""
+        return int(controller.min_records(settings, self._executors(settings)))
 
     def _skip(self, settings: Any, waiting: Waiting) -> None:
         """Record the wait in the controller state (under its lock) and skip the run."""

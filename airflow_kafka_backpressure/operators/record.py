@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any
 
 from airflow.sdk import Context
 
@@ -20,23 +20,13 @@ from .common import (
     state_lock,
 )
 
-
-class RecordResult(TypedDict):
-    """The record task's return value (XCom): what the batch fed the controller, and what followed."""
-
-    batch_id: int
-    records: int
-    processing_ms: int
-    scheduling_delay_ms: int
-    mode: str
-    estimated_rate: float | None  # the PID's new rate (None: it made none this batch)
-    rate_limit_before: int  # the PID rate controller's limit (records/s; -1 before the first)
-    rate_limit: int
-    cost: dict[str, Any] | None  # the cost model's fit (CostFit.to_dict()), None until fitted
-    cost_event: str | None
-    warning: str | None
-    committed: dict[str, int]  # the consumer group's new offsets, by topic-partition
-    pruned_batches: int | None
+#: The record task's return value (XCom): what the batch fed the controller, and what followed —
+#: ``batch_id``, ``records``, ``processing_ms``, ``scheduling_delay_ms``, ``mode``, ``warning``,
+#: ``committed`` (the consumer group's new offsets by topic-partition), ``pruned_batches``, and every
+#: control mode's figures (:meth:`~..control.modes.ControlMode.report`: the spark mode's
+#: ``estimated_rate``, ``rate_limit_before``, ``rate_limit``; the cost mode's ``cost`` fit and
+#: ``cost_event``).
+RecordResult = dict[str, Any]
 
 
 def scheduling_delay_ms(dag_run: Any, plan: BatchPlan | None) -> int:
@@ -175,7 +165,6 @@ class RecordBatchMetricsOperator(PipelineOperator):
 
         with state_lock(p, ledger, p.controller_variable):  # read-modify-write of the state Variable
             controller = load_controller(p, settings)
-            rate_before = controller.rate.latest_rate
             feedback = controller.on_batch_completed(
                 batch_id=metrics.batch_id,
                 time_ms=metrics.committed_at_ms,
@@ -196,7 +185,6 @@ class RecordBatchMetricsOperator(PipelineOperator):
         with self.kafka_hook.get_conn() as kafka:
             committed = commit_progress(p, ledger, kafka)
         pruned = self._prune(ledger)
-        fit = controller.cost.fit()
         warning = controller.warning(p.batch_interval_s)
         result: RecordResult = {
             "batch_id": metrics.batch_id,
@@ -204,29 +192,21 @@ class RecordBatchMetricsOperator(PipelineOperator):
             "processing_ms": metrics.processing_ms,
             "scheduling_delay_ms": delay,
             "mode": controller.mode,
-            "estimated_rate": feedback.pid_rate,
-            "rate_limit_before": rate_before,
-            "rate_limit": controller.rate.latest_rate,
-            "cost": None if fit is None else fit.to_dict(),
-            "cost_event": feedback.cost_event,
+            **controller.report(feedback),  # every mode's figures: the PID's rate limit, the cost fit …
             "warning": warning,
             "committed": committed,
             "pruned_batches": pruned,
         }
         self.log.info(
-            "Batch %s: %s records, %s ms processing, %s ms scheduling delay -> PID rate limit %s records/s; "
-            "cost model %s",
+            "Batch %s: %s records, %s ms processing, %s ms scheduling delay -> %s",
             metrics.batch_id,
             metrics.records,
             metrics.processing_ms,
             delay,
-            controller.rate.latest_rate,
-            "not fitted yet"
-            if fit is None
-            else f"fixed {fit.fixed_s:.1f} s + {fit.per_record_s * 1000:.3f} ms/record/executor ({fit.method})",
+            controller.summary(),
         )
-        if feedback.cost_event:
-            self.log.info("Pipeline %s: %s", p.name, feedback.cost_event)
+        for event in controller.events(feedback):
+            self.log.info("Pipeline %s: %s", p.name, event)
         if warning:
             self.log.warning("Pipeline %s: %s", p.name, warning)
         return result

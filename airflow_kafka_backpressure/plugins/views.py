@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import HTTPException
 
 from ..config import parse_settings
+from ..control.modes import SPARK
 from ..control.scaling import SCALING_DOWN_RATIO, SCALING_UP_RATIO
 from ..kafka.lag import measure_lag
 from ..pipeline import PIPELINES_FILE_ENV, PipelineConfig, load_pipelines
@@ -203,7 +204,11 @@ def read_state(user: Any, pipeline: str) -> dict[str, Any]:
         "variables": variables,
         "thresholds": {"scaling_up_ratio": up, "scaling_down_ratio": down, "source": source},
         "current": {
-            "rate_limit": controller.get("rate_limit") if isinstance(controller, dict) else None,
+            # the spark mode's part of the state (the state's top level before the modes kept theirs
+            # under their names: a pipeline not recorded since the upgrade)
+            "rate_limit": _get(controller, SPARK, "rate_limit")
+            if isinstance(controller, dict) and SPARK in controller
+            else _get(controller, "rate_limit"),
             # the mode that plans, the cost mode's correction terms and a run waiting for data
             "mode": controller.get("mode") if isinstance(controller, dict) else None,
             "correction": _get(controller, "cost", "correction", "terms"),

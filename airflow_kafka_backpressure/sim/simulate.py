@@ -446,7 +446,7 @@ def simulate(scenario: Scenario, settings: ControllerSettings) -> SimulationResu
     b_ms = int(round(b * 1000))
     cap = scenario.capacity
     params = settings.cost_params()
-    controller = PipelineController.new(settings.mode, settings.estimator(b_ms))
+    controller = PipelineController.new(settings.mode, settings, b_ms)
     limits = settings.rate_limits([_TP])
     noise = cap.noise_series(scenario.batches + 1)
     result = SimulationResult(scenario, settings.mode, controller=controller)
@@ -492,8 +492,7 @@ def simulate(scenario: Scenario, settings: ControllerSettings) -> SimulationResu
             else float(decision.budget.records),
             batch_interval_s=b,
         )
-        if feedback.cost_event:
-            result.events.append(feedback.cost_event)
+        result.events.extend(controller.events(feedback))
         result.rows.append(
             BatchRow(
                 batch_id=k + 1,

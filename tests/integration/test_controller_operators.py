@@ -50,7 +50,7 @@ def test_the_cost_mode_plans_from_the_cost_model_and_keeps_both_models(make_pipe
 
     # what the plan task saw: the lag before it planned, the arrivals since the last plan
     executors = af.variable(p.executors_variable)["executors"]  # the scale task's target after run 1
-    controller = PipelineController.from_dict(state1, "cost", settings.estimator(p.batch_interval_ms))
+    controller = PipelineController.from_dict(state1, "cost", settings, p.batch_interval_ms)
     expected = controller.plan(
         settings.cost_params(),
         PlanInputs(
@@ -78,7 +78,7 @@ def test_the_cost_mode_plans_from_the_cost_model_and_keeps_both_models(make_pipe
     assert state2["cost"]["fit"]["fixed_s"] >= 0 and state2["cost"]["target_ratio"] == 0.75
     assert "warning" in state2["cost"]
     # the PID is fed too, as Spark would be
-    assert state2["estimator"]["state"]["first_run"] is False
+    assert state2["spark"]["estimator"]["state"]["first_run"] is False
     assert second.xcoms["scale"]["action"] in ("up", "down", "hold") and second.xcoms["scale"]["reason"]
 
 
@@ -87,7 +87,7 @@ def test_a_state_with_nan_fails_the_plan_naming_the_variable(make_pipeline, kafk
     produce(kafka_broker.bootstrap, p.topics[0], count=40, partitions=4)
     assert af.run_dag(p.ingest_dag_id, 0).state == "success"
     state = af.variable(p.controller_variable)
-    state["estimator"]["state"]["latest_rate"] = float("nan")
+    state["spark"]["estimator"]["state"]["latest_rate"] = float("nan")
     af.set_variable(p.controller_variable, json.dumps(state))  # json writes NaN, as a hand edit could
 
     bad = af.run_dag(p.ingest_dag_id, 1)
@@ -167,7 +167,7 @@ def test_a_gain_edited_in_the_settings_variable_changes_the_next_plan_in_the_cos
 
     p, ledger = make_pipeline()
     settings = parse_settings("{}")
-    controller = PipelineController.new("cost", settings.estimator(p.batch_interval_ms))
+    controller = PipelineController.new("cost", settings, p.batch_interval_ms)
     rng = random.Random(5)
     for i, n in enumerate([1_000, 3_000, 2_000, 3_000, 1_500, 2_500]):
         ms = int((2.0 + n * 0.010 * (1 + rng.uniform(-0.05, 0.05))) * 1000)
@@ -193,7 +193,7 @@ def test_a_gain_edited_in_the_settings_variable_changes_the_next_plan_in_the_cos
     assert r.state == "success", r.task_states
 
     def planned(s):
-        c = PipelineController.from_dict(state, "cost", s.estimator(p.batch_interval_ms))
+        c = PipelineController.from_dict(state, "cost", s, p.batch_interval_ms)
         inputs = PlanInputs(lag=20_000, batch_interval_s=p.batch_interval_s, executors=s.initial_executors)
         return c.plan(s.cost_params(), inputs)
 

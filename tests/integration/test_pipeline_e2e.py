@@ -99,10 +99,10 @@ def test_three_runs_ingest_everything_exactly_once_and_the_controller_follows_sp
             manifest["reader"] == "native" and manifest["unread"] == []
         )  # Spark's reader, counted as it wrote
         state, rate_limit = expected_controller(ledger, p, [gains] * (n + 1))
-        stored = af.variable(p.controller_variable)
+        stored = af.variable(p.controller_variable)["spark"]  # the spark mode's part of the state
         assert stored["estimator"]["state"] == state
         assert stored["rate_limit"] == rate_limit == r.xcoms["record"]["rate_limit"]
-    assert af.variable(p.controller_variable)["rate_limit"] > 0  # the third batch got an estimate
+    assert af.variable(p.controller_variable)["spark"]["rate_limit"] > 0  # the third batch got an estimate
     # the group is committed to the end of everything ingested, as Kafka's own tool sees it too
     assert sum(committed(kafka_broker.bootstrap, p).values()) == produced
     described = consumer_group_offsets(kafka_broker.bootstrap, p.group)
@@ -143,7 +143,7 @@ def test_settings_variable_tunes_the_next_plan_and_an_invalid_edit_changes_nothi
     # processing rate, not Spark's 100 records/s floor
     af.set_variable(p.settings_variable, json.dumps({"mode": "spark", "min_rate": 1}))
     assert af.run_dag(p.ingest_dag_id, 1, 5).state == "success"  # first estimate
-    rate_limit = af.variable(p.controller_variable)["rate_limit"]
+    rate_limit = af.variable(p.controller_variable)["spark"]["rate_limit"]
     # the next backlog is far more than a batch at the estimated rate can take (a batch of 400
     # records runs at a few hundred records/s here, start-up included; faster with connect)
     backlog = 40_000

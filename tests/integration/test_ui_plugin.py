@@ -30,9 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 EVIL = "</script><script>alert('kbp')</script><img src=x onerror=alert(1)> & \"quoted\"\nline two"
 SETTINGS = {"scaling_up_ratio": 0.8, "scaling_down_ratio": 0.25, "proportional": 1.0}
 CONTROLLER = {
-    "rate_limit": 321,
-    "last_batch": 2,
-    "estimator": {"latest_rate": 321.5},
+    "spark": {"rate_limit": 321, "last_batch": 2, "estimator": {"latest_rate": 321.5}},
     "mode": "cost",
     "cost": {
         "correction": {

@@ -1,5 +1,5 @@
-"""The pipeline controller: both modes fed every batch, the spark mode bit-identical to the PID,
-and a state Variable that old pipelines can still load."""
+"""The pipeline controller: every mode fed every batch, the spark mode bit-identical to the PID,
+each mode's state under its name, and a state Variable that old pipelines can still load."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from airflow_kafka_backpressure.config import parse_settings
 from airflow_kafka_backpressure.control.controller import (
     COST,
     DEFAULT_MODE,
@@ -27,8 +28,21 @@ def estimator(**kw) -> PIDRateEstimator:
     return PIDRateEstimator(B_MS, **{"min_rate": 100.0, **kw})
 
 
+def settings(**kw):
+    """The settings Variable that builds :func:`estimator` (and the rest at their defaults)."""
+    return parse_settings({"min_rate": 100.0, **kw})
+
+
+def rate(c: PipelineController) -> RateController:
+    return c.modes[SPARK].rate  # type: ignore[attr-defined]
+
+
+def cost(c: PipelineController):
+    return c.modes[COST].model  # type: ignore[attr-defined]
+
+
 def fed(mode: str) -> PipelineController:
-    c = PipelineController.new(mode, estimator())
+    c = PipelineController.new(mode, settings(), B_MS)
     for i, (t, n, proc, sched) in enumerate(BATCHES):
         c.on_batch_completed(
             batch_id=i + 1, time_ms=t, records=n, processing_ms=proc, scheduling_delay_ms=sched
@@ -41,27 +55,28 @@ def test_spark_mode_plans_with_the_pid_rate_bit_for_bit():
     for t, n, proc, sched in BATCHES:
         reference.on_batch_completed(t, n, proc, sched)
     c = fed(SPARK)
-    assert c.rate.to_dict() == reference.to_dict()
+    assert rate(c).to_dict() == reference.to_dict()
     d = c.plan(CostParams(), PlanInputs(lag=10**9, batch_interval_s=60.0))
     assert (d.mode, d.rate, d.budget) == (SPARK, float(reference.latest_rate), None)
 
 
 def test_both_models_learn_whatever_the_mode():
-    spark, cost = fed(SPARK), fed(COST)
-    assert spark.rate.to_dict() == cost.rate.to_dict()
-    assert spark.cost.to_dict() == cost.cost.to_dict()
-    d = cost.plan(CostParams(), PlanInputs(lag=10**9, batch_interval_s=60.0))
+    spark, cost_fed = fed(SPARK), fed(COST)
+    assert rate(spark).to_dict() == rate(cost_fed).to_dict()
+    assert globals()["cost"](spark).to_dict() == globals()["cost"](cost_fed).to_dict()
+    d = cost_fed.plan(CostParams(), PlanInputs(lag=10**9, batch_interval_s=60.0))
     assert d.mode == COST and d.budget is not None and d.rate == pytest.approx(d.budget.records / 60.0)
 
 
-def test_state_keeps_the_pid_layout_and_adds_the_cost_model():
+def test_each_mode_keeps_its_state_under_its_name():
     c = fed(COST)
     d = json.loads(json.dumps(c.to_dict(CostParams(target_ratio=0.7), 60.0)))
-    assert {"estimator", "rate_limit", "last_batch", "mode", "cost"} <= set(d)
-    assert d["rate_limit"] == c.rate.rate_limit and d["mode"] == COST
+    assert set(d) == {SPARK, COST, "mode", "waiting", "last_plan"}
+    assert {"estimator", "rate_limit", "last_batch"} <= set(d[SPARK])
+    assert d[SPARK]["rate_limit"] == rate(c).rate_limit and d["mode"] == COST
     assert d["cost"]["target_ratio"] == 0.7 and set(d["cost"]["fit"]) >= {"fixed_s", "per_record_s", "noise"}
     assert "warning" in d["cost"]
-    again = PipelineController.from_dict(d, COST, estimator())
+    again = PipelineController.from_dict(d, COST, settings(), B_MS)
     assert again.to_dict() == c.to_dict()
 
 
@@ -69,44 +84,53 @@ def test_a_state_written_before_the_cost_mode_still_loads():
     legacy = RateController(estimator())
     for t, n, proc, sched in BATCHES[:3]:
         legacy.on_batch_completed(t, n, proc, sched)
-    c = PipelineController.from_dict(json.loads(json.dumps(legacy.to_dict())), DEFAULT_MODE, estimator())
-    assert c.rate.to_dict() == legacy.to_dict()
-    assert c.cost.observations == [] and c.mode == DEFAULT_MODE
+    c = PipelineController.from_dict(json.loads(json.dumps(legacy.to_dict())), DEFAULT_MODE, settings(), B_MS)
+    assert rate(c).to_dict() == legacy.to_dict()
+    assert cost(c).observations == [] and c.mode == DEFAULT_MODE
+
+
+def test_a_state_of_the_last_release_layout_still_loads_and_is_saved_under_the_modes_names():
+    """The PID's state at the top level and the cost model under "cost", as the last release wrote it."""
+    c = fed(COST)
+    old = {**c.to_dict()[SPARK], "cost": c.to_dict()[COST], "mode": COST, "waiting": None, "last_plan": None}
+    again = PipelineController.from_dict(json.loads(json.dumps(old)), COST, settings(), B_MS)
+    assert again.to_dict() == c.to_dict()
 
 
 def test_new_gains_reapply_the_last_batch():
     c = fed(SPARK)
     d = c.to_dict()
-    retuned = PipelineController.from_dict(d, SPARK, estimator(proportional=0.5))
-    assert retuned.rate.rate_limit != c.rate.rate_limit
-    assert retuned.rate.params()["proportional"] == 0.5
+    retuned = PipelineController.from_dict(d, SPARK, settings(proportional=0.5), B_MS)
+    assert rate(retuned).rate_limit != rate(c).rate_limit
+    assert rate(retuned).params()["proportional"] == 0.5
 
 
 @pytest.mark.parametrize(
     "edit, fragment",
     [
         (
-            lambda d: d["estimator"]["state"].update(latest_rate=float("nan")),
-            "estimator.state.latest_rate = nan",
+            lambda d: d[SPARK]["estimator"]["state"].update(latest_rate=float("nan")),
+            "spark.estimator.state.latest_rate = nan",
         ),
-        (lambda d: d["estimator"].update(integral=float("inf")), "estimator.integral = inf"),
-        (lambda d: d.update(rate_limit=0), "rate_limit = 0"),
+        (lambda d: d[SPARK]["estimator"].update(integral=float("inf")), "spark.estimator.integral = inf"),
+        (lambda d: d[SPARK].update(rate_limit=0), "spark.rate_limit = 0"),
         (lambda d: d["cost"].update(fixed_prior_s=float("-inf")), "fixed_prior_s"),
         (lambda d: d["cost"]["observations"].append([1, 2]), "cost.observations"),
-        (lambda d: d.pop("estimator"), "not a controller state"),
+        (lambda d: d[SPARK].pop("estimator"), "not a controller state"),
+        (lambda d: [d.pop(SPARK), d.pop(COST)], "not a controller state"),
     ],
 )
 def test_a_broken_state_is_refused_naming_the_key(edit, fragment):
     d = fed(COST).to_dict()
     edit(d)
     with pytest.raises(ControllerStateError) as e:
-        PipelineController.from_dict(d, COST, estimator(), where="Variable 'kbp.p.controller_state'")
+        PipelineController.from_dict(d, COST, settings(), B_MS, where="Variable 'kbp.p.controller_state'")
     assert "Variable 'kbp.p.controller_state'" in str(e.value) and fragment in str(e.value)
 
 
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="mode must be one of"):
-        PipelineController.new("fast", estimator())
+        PipelineController.new("fast", settings(), B_MS)
 
 
 def test_the_cost_mode_feeds_its_correction_and_the_spark_mode_resets_it():
@@ -125,12 +149,14 @@ def test_the_cost_mode_feeds_its_correction_and_the_spark_mode_resets_it():
         budget=50_000.0,
         batch_interval_s=60.0,
     )
-    assert c.cost.correction.error > 0 and c.cost.correction.integral > 0
+    assert cost(c).correction.error > 0 and cost(c).correction.integral > 0
     terms = c.to_dict(params, 60.0)["cost"]["correction"]["terms"]
     assert set(terms) == {"error", "proportional", "integral", "derivative", "output"} and terms["output"] > 0
-    again = PipelineController.from_dict(json.loads(json.dumps(c.to_dict(params, 60.0))), COST, estimator())
-    assert again.cost.correction == c.cost.correction
-    spark = PipelineController.from_dict(c.to_dict(params, 60.0), SPARK, estimator())
+    again = PipelineController.from_dict(
+        json.loads(json.dumps(c.to_dict(params, 60.0))), COST, settings(), B_MS
+    )
+    assert cost(again).correction == cost(c).correction
+    spark = PipelineController.from_dict(c.to_dict(params, 60.0), SPARK, settings(), B_MS)
     spark.on_batch_completed(
         batch_id=100,
         time_ms=10**7 + 60_000,
@@ -142,7 +168,7 @@ def test_the_cost_mode_feeds_its_correction_and_the_spark_mode_resets_it():
         budget=50_000.0,
         batch_interval_s=60.0,
     )
-    assert spark.cost.correction.integral == 0 and spark.cost.correction.error is None
+    assert cost(spark).correction.integral == 0 and cost(spark).correction.error is None
 
 
 def test_a_run_waits_for_data_below_the_minimum_until_the_delay_has_passed():
@@ -165,14 +191,14 @@ def test_waiting_is_in_the_state_until_the_next_batch():
     c.waiting = wait_for_data(40, 100, 60.0, 1_000_000, 1_030_000)
     d = json.loads(json.dumps(c.to_dict(CostParams(), 60.0)))
     assert d["waiting"]["available"] == 40
-    again = PipelineController.from_dict(d, COST, estimator())
+    again = PipelineController.from_dict(d, COST, settings(), B_MS)
     assert again.waiting == c.waiting
     again.on_batch_completed(
         batch_id=50, time_ms=10**8, records=120, processing_ms=5_000, scheduling_delay_ms=0
     )
     assert again.waiting is None and again.to_dict()["waiting"] is None
     with pytest.raises(ControllerStateError, match=r"controller state.waiting = .* is invalid"):
-        PipelineController.from_dict({**d, "waiting": {"available": -1}}, COST, estimator())
+        PipelineController.from_dict({**d, "waiting": {"available": -1}}, COST, settings(), B_MS)
 
 
 def test_modes_are_one_interface_dispatched_from_one_registry():
@@ -182,7 +208,7 @@ def test_modes_are_one_interface_dispatched_from_one_registry():
     from airflow_kafka_backpressure.control.modes import REGISTRY, ControlMode
     from airflow_kafka_backpressure.control.scaling import ScalingPolicy, executor_target
 
-    assert tuple(REGISTRY) == MODES == RULES["mode"].choices
+    assert tuple(REGISTRY) == tuple(MODES) == tuple(RULES["mode"].choices)
     for name, cls in REGISTRY.items():
         assert issubclass(cls, ControlMode) and cls.name == name
         assert set(cls.settings_keys) <= set(RULES)  # its own settings are settings keys
@@ -205,7 +231,7 @@ def test_the_last_plan_is_kept_for_the_page_and_refused_when_broken():
     spark = fed(SPARK).plan(CostParams(), PlanInputs(lag=10**9, batch_interval_s=60.0)).to_dict()
     assert spark["regime"] == "pid" and spark["budget_records"] is None
     c.last_plan = d
-    again = PipelineController.from_dict(json.loads(json.dumps(c.to_dict())), COST, estimator())
+    again = PipelineController.from_dict(json.loads(json.dumps(c.to_dict())), COST, settings(), B_MS)
     assert again.last_plan == d
     with pytest.raises(ControllerStateError, match="last_plan = 3 is invalid"):
-        PipelineController.from_dict({**c.to_dict(), "last_plan": 3}, COST, estimator())
+        PipelineController.from_dict({**c.to_dict(), "last_plan": 3}, COST, settings(), B_MS)

@@ -110,7 +110,7 @@ def test_the_state_variable_refuses_nan_and_infinities(state, fragment):
     )
     with pytest.raises(ControllerStateError) as e:
         PipelineController.from_dict(
-            d, "spark", PIDRateEstimator(60_000), where="Variable 'kbp.p.controller_state'"
+            d, "spark", parse_settings(None), 60_000, where="Variable 'kbp.p.controller_state'"
         )
     assert "Variable 'kbp.p.controller_state'" in str(e.value) and fragment in str(e.value)
 
@@ -118,7 +118,7 @@ def test_the_state_variable_refuses_nan_and_infinities(state, fragment):
 def test_a_stored_rate_limit_of_zero_is_refused_not_read_as_unlimited():
     d = {**controller_at_10000().to_dict(), "rate_limit": 0}
     with pytest.raises(ControllerStateError, match="'unlimited'"):
-        PipelineController.from_dict(d, "spark", PIDRateEstimator(60_000))
+        PipelineController.from_dict(d, "spark", parse_settings(None), 60_000)
 
 
 TPS = [TopicPartition("t", p) for p in range(4)]

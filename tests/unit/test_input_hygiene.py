@@ -80,14 +80,14 @@ def test_runs_not_started_by_the_schedule_feed_no_delay(run_type):
 
 def pid_rate_after(delay_ms: int) -> float:
     """Spark's PID after a steady batch and then one fed ``delay_ms`` of scheduling delay."""
-    c = PipelineController.new("spark", parse_settings(None).estimator(INTERVAL_MS))
+    c = PipelineController.new("spark", parse_settings(None), INTERVAL_MS)
     c.on_batch_completed(
         batch_id=1, time_ms=60_000, records=600_000, processing_ms=60_000, scheduling_delay_ms=0
     )
     c.on_batch_completed(
         batch_id=2, time_ms=120_000, records=600_000, processing_ms=60_000, scheduling_delay_ms=delay_ms
     )
-    return c.rate.latest_rate
+    return c.modes["spark"].rate.latest_rate  # type: ignore[attr-defined]
 
 
 def test_the_pid_keeps_its_rate_when_a_day_old_run_is_cleared():
@@ -126,7 +126,7 @@ def test_settings_refuse_min_rate_below_one_and_non_finite_numbers(text, key):
 
 def fed_state() -> dict:
     s = parse_settings(None)
-    c = PipelineController.new("cost", s.estimator(INTERVAL_MS))
+    c = PipelineController.new("cost", s, INTERVAL_MS)
     for i, n in enumerate([1000, 2000, 1500]):
         c.on_batch_completed(
             batch_id=i + 1,
@@ -141,15 +141,15 @@ def fed_state() -> dict:
 @pytest.mark.parametrize(
     "edit, where",
     [
-        (lambda d: d.update(rate_limit=float("inf")), "rate_limit = inf"),
+        (lambda d: d["spark"].update(rate_limit=float("inf")), "spark.rate_limit = inf"),
         (
-            lambda d: d["estimator"]["state"].update(latest_error=float("nan")),
-            "estimator.state.latest_error = nan",
+            lambda d: d["spark"]["estimator"]["state"].update(latest_error=float("nan")),
+            "spark.estimator.state.latest_error = nan",
         ),
-        (lambda d: d["estimator"].update(min_rate=float("-inf")), "estimator.min_rate = -inf"),
+        (lambda d: d["spark"]["estimator"].update(min_rate=float("-inf")), "spark.estimator.min_rate = -inf"),
         (lambda d: d["cost"]["observations"][0].__setitem__(2, float("inf")), "cost.observations[0]"),
         (lambda d: d["cost"].update(errors=[0.1, float("nan")]), "cost.errors"),
-        (lambda d: d.update(rate_limit=0.5), "rate_limit = 0"),  # truncates to 0: 'unlimited'
+        (lambda d: d["spark"].update(rate_limit=0.5), "rate_limit = 0"),  # truncates to 0: 'unlimited'
     ],
 )
 def test_a_state_with_non_finite_or_unlimited_values_is_refused(edit, where):
@@ -160,7 +160,8 @@ def test_a_state_with_non_finite_or_unlimited_values_is_refused(edit, where):
         PipelineController.from_dict(
             json.loads(text),
             "cost",
-            parse_settings(None).estimator(INTERVAL_MS),
+            parse_settings(None),
+            INTERVAL_MS,
             where="Variable 'kbp.p.controller_state'",
         )
     assert "Variable 'kbp.p.controller_state'" in str(e.value) and where in str(e.value), str(e.value)
@@ -195,7 +196,7 @@ def test_every_later_batch_is_capped_in_both_modes():
     s = parse_settings(None)
     assert planned(s, 1e9) == DEFAULT_MAX_RECORDS_PER_BATCH  # a PID rate of a billion records/s
     # the cost mode with a model that would take everything (the fixed-cost regime)
-    c = PipelineController.new("cost", s.estimator(INTERVAL_MS))
+    c = PipelineController.new("cost", s, INTERVAL_MS)
     for i, n in enumerate([200_000, 500_000, 1_000_000] * 3):  # every size takes 120 s: all fixed cost
         c.on_batch_completed(
             batch_id=i + 1, time_ms=1, records=n, processing_ms=120_000, scheduling_delay_ms=0

@@ -1,12 +1,11 @@
-"""The control modes behind one small interface, dispatched from one registry.
+"""The interface every control mode implements, and what it exchanges with the controller.
 
-A :class:`ControlMode` observes a finished batch, plans the next batch's rate, suggests the
-executor count, writes its part of the state Variable and names its own settings keys. ``spark``
-(Spark's PID, bit for bit) and ``cost`` (the cost model with its correction) implement it;
-:data:`REGISTRY` is what the controller, validation (``config``'s ``mode`` choices) and the docs
-read. A mode wraps the state object it works on, so the pipeline controller keeps one state for
-each mode and feeds every mode every batch, whatever the active one: switching ``mode`` finds a
-warm model. Adding a mode is a class here and a registry line.
+Spark's ``RateEstimator`` is the model: one small class per way of sizing batches, one factory, each
+mode owning its state. A :class:`ControlMode` is made fresh (:meth:`ControlMode.create`) or from its
+part of the stored state (:meth:`ControlMode.from_state`), observes every finished batch, plans the
+next batch's rate when it is the active mode, suggests the executor count, and answers the questions
+the operators would otherwise ask by the mode's name (the smallest batch worth running, a warning,
+its figures in the record task's result).
 
 Pure: no Airflow, Spark or Kafka import.
 """
@@ -18,21 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .cost import CostObservation
-from .cost_mode import (
-    DEFAULT_WINDOW_BATCHES,
-    BatchBudget,
-    CostModel,
-    CostParams,
-    PlanInputs,
-    correction_error,
-    plan_budget,
-)
-from .pid import RateController
-from .scaling import ScalingDecision, ScalingPolicy, cost_executor_target, executor_target
+from ..cost_mode import BatchBudget, CostParams, PlanInputs
+from ..scaling import ScalingDecision, ScalingPolicy
 
-SPARK = "spark"
-COST = "cost"
+
+class ControllerStateError(ValueError):
+    """The stored controller state cannot be used; the message names the key and the fix."""
 
 
 @dataclass(frozen=True)
@@ -86,14 +76,44 @@ class PlanDecision:
 
 
 class ControlMode(ABC):
-    """One way of sizing batches. ``settings_keys``: the settings Variable's keys it reads."""
+    """One way of sizing batches.
+
+    ``settings``, wherever a method takes it, is the pipeline's parsed settings Variable
+    (``config.ControllerSettings``): a mode reads the keys it names in ``settings_keys``."""
 
     name: ClassVar[str]
+    #: the settings Variable's keys this mode reads (the docs list them per mode)
     settings_keys: ClassVar[tuple[str, ...]]
 
+    # ----- the factory ------------------------------------------------------------------------
+    @classmethod
+    @abstractmethod
+    def create(cls, settings: Any, batch_interval_ms: int) -> ControlMode:
+        """This mode with no batch seen."""
+
+    @classmethod
+    @abstractmethod
+    def from_state(cls, state: Any, settings: Any, batch_interval_ms: int, where: str) -> ControlMode:
+        """This mode from its part of the stored state (under the current settings); raises
+        :class:`ControllerStateError` naming the key under ``where`` that cannot be used."""
+
+    @classmethod
+    def legacy_state(cls, state: dict[str, Any]) -> Any:
+        """This mode's part of a state written before the modes kept their state under their names
+        (None: the mode starts fresh)."""
+        return None
+
+    @abstractmethod
+    def to_dict(
+        self, params: CostParams | None = None, batch_interval_s: float | None = None
+    ) -> dict[str, Any]:
+        """This mode's part of the state Variable (``params`` and the interval: what it shows besides)."""
+
+    # ----- the loop ---------------------------------------------------------------------------
     @abstractmethod
     def observe(self, batch: FinishedBatch, params: CostParams, *, active: bool) -> Any:
-        """Learn from a finished batch (``active``: this mode planned it)."""
+        """Learn from a finished batch (``active``: this mode planned it); what it learnt goes to
+        :meth:`report`."""
 
     @abstractmethod
     def plan(self, params: CostParams, inputs: PlanInputs) -> PlanDecision:
@@ -111,93 +131,24 @@ class ControlMode(ABC):
     ) -> ScalingDecision:
         """The executor count for the next jobs, from recent ``(records, processing_ms)``."""
 
-    @abstractmethod
-    def to_dict(self) -> dict[str, Any]:
-        """This mode's part of the state Variable."""
+    # ----- what the operators ask -------------------------------------------------------------
+    def min_records(self, settings: Any, executors: int) -> int | None:
+        """The smallest batch worth running while this mode plans (None: no opinion)."""
+        return None
 
+    def warning(self, batch_interval_s: float) -> str | None:
+        """Something the user should know about the pipeline (None: nothing)."""
+        return None
 
-class SparkMode(ControlMode):
-    """Spark Streaming's ``PIDRateEstimator`` and ``RateController``, bit for bit, and Spark's
-    dynamic-allocation rule for executors."""
+    def report(self, observed: Any) -> dict[str, Any]:
+        """This mode's figures in the record task's result, ``observed`` being what :meth:`observe`
+        returned for the batch."""
+        return {}
 
-    name = SPARK
-    settings_keys = ("proportional", "integral", "derivative", "min_rate", "initial_rate")
+    def summary(self) -> str:
+        """One phrase for the record task's log line."""
+        return self.name
 
-    def __init__(self, rate: RateController) -> None:
-        self.rate = rate
-
-    def observe(self, batch: FinishedBatch, params: CostParams, *, active: bool) -> float | None:
-        return self.rate.on_batch_completed(
-            batch.time_ms, batch.records, batch.processing_ms, batch.scheduling_delay_ms
-        )
-
-    def plan(self, params: CostParams, inputs: PlanInputs) -> PlanDecision:
-        return PlanDecision(SPARK, float(self.rate.latest_rate))
-
-    def suggest_executors(self, current, batches, batch_interval_ms, params, policy, batches_since_change):  # type: ignore[no-untyped-def]
-        return executor_target(
-            current, [ms for _, ms in batches], batch_interval_ms, policy, batches_since_change
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.rate.to_dict()
-
-
-class CostMode(ControlMode):
-    """The cost model (feedforward) with its PID correction (:mod:`.cost_mode`); executors only
-    where they divide per-record work."""
-
-    name = COST
-    settings_keys = (
-        "target_ratio",
-        "max_ratio",
-        "drain_horizon_s",
-        "cost_window_batches",
-        "proportional",
-        "integral",
-        "derivative",
-    )
-
-    def __init__(self, model: CostModel) -> None:
-        self.model = model
-
-    def observe(self, batch: FinishedBatch, params: CostParams, *, active: bool) -> str | None:
-        obs = CostObservation(
-            int(batch.batch_id), int(batch.records), int(batch.processing_ms), int(batch.executors)
-        )
-        event = self.model.observe(obs, params.window_batches if params else DEFAULT_WINDOW_BATCHES)
-        if not active:  # another mode planned the batch: its budget says nothing about this one's
-            self.model.correction.reset()
-        elif batch.left_behind is not None and batch.batch_interval_s is not None:
-            available = int(batch.records) + max(int(batch.left_behind), 0)
-            error = correction_error(
-                self.model.fit(), available, batch.budget, int(batch.executors), batch.batch_interval_s
-            )
-            if error is not None:
-                self.model.correction.update(error, params)
-        return event
-
-    def plan(self, params: CostParams, inputs: PlanInputs) -> PlanDecision:
-        budget = plan_budget(
-            self.model.fit(), params, inputs, self.model.correction, self.model.per_record_floor_s()
-        )
-        rate = budget.rate(inputs.batch_interval_s)
-        return PlanDecision(COST, -1.0 if rate is None else rate, budget)
-
-    def suggest_executors(self, current, batches, batch_interval_ms, params, policy, batches_since_change):  # type: ignore[no-untyped-def]
-        return cost_executor_target(
-            current,
-            batches,
-            batch_interval_ms,
-            self.model.fit(),
-            params.target_ratio,
-            policy,
-            batches_since_change,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"cost": self.model.to_dict()}
-
-
-#: Every mode by name: the settings' ``mode`` choices, dispatch, the docs.
-REGISTRY: dict[str, type[ControlMode]] = {SPARK: SparkMode, COST: CostMode}
+    def event(self, observed: Any) -> str | None:
+        """What :meth:`observe` saw worth telling the user (a level shift, say), or None."""
+        return None

@@ -1,0 +1,136 @@
+"""``cost``: the cost model (feedforward: fixed and per-record cost fitted on recent batches) with its
+PID correction (:mod:`..cost_mode`); executors only where they divide per-record work.
+
+Its state (the Variable's ``cost`` key): the observations, the fixed-cost prior, the correction and,
+for the page, the fit, the targets and the fixed-cost warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from ..cost import CostModelError, CostObservation
+from ..cost_mode import (
+    DEFAULT_WINDOW_BATCHES,
+    CostModel,
+    CostParams,
+    PlanInputs,
+    correction_error,
+    fixed_cost_warning,
+    plan_budget,
+    records_for_fixed_share,
+)
+from ..scaling import ScalingDecision, ScalingPolicy, cost_executor_target
+from .base import ControllerStateError, ControlMode, FinishedBatch, PlanDecision
+
+
+class CostMode(ControlMode):
+    name: ClassVar[str] = "cost"
+    settings_keys: ClassVar[tuple[str, ...]] = (
+        "target_ratio",
+        "max_ratio",
+        "drain_horizon_s",
+        "cost_window_batches",
+        "min_batch_fixed_share",
+        "proportional",
+        "integral",
+        "derivative",
+    )
+
+    def __init__(self, model: CostModel) -> None:
+        self.model = model
+
+    @classmethod
+    def create(cls, settings: Any, batch_interval_ms: int) -> CostMode:
+        return cls(CostModel())
+
+    @classmethod
+    def from_state(cls, state: Any, settings: Any, batch_interval_ms: int, where: str) -> CostMode:
+        try:
+            return cls(CostModel.from_dict(state or {}, where))
+        except CostModelError as e:
+            raise ControllerStateError(str(e)) from e
+
+    @classmethod
+    def legacy_state(cls, state: dict[str, Any]) -> Any:
+        return state.get(cls.name)  # it always lived under "cost"
+
+    def to_dict(
+        self, params: CostParams | None = None, batch_interval_s: float | None = None
+    ) -> dict[str, Any]:
+        d = self.model.to_dict()
+        fit = self.model.fit()
+        d["fit"] = None if fit is None else fit.to_dict()
+        if params is not None:
+            d["target_ratio"] = params.target_ratio
+            d["max_ratio"] = params.max_ratio
+            d["correction"]["terms"] = self.model.correction.terms(params)
+        if batch_interval_s is not None:
+            d["warning"] = fixed_cost_warning(fit, batch_interval_s)
+        return d
+
+    def observe(self, batch: FinishedBatch, params: CostParams, *, active: bool) -> str | None:
+        obs = CostObservation(
+            int(batch.batch_id), int(batch.records), int(batch.processing_ms), int(batch.executors)
+        )
+        event = self.model.observe(obs, params.window_batches if params else DEFAULT_WINDOW_BATCHES)
+        if not active:  # another mode planned the batch: its budget says nothing about this one's
+            self.model.correction.reset()
+        elif batch.left_behind is not None and batch.batch_interval_s is not None:
+            available = int(batch.records) + max(int(batch.left_behind), 0)
+            error = correction_error(
+                self.model.fit(), available, batch.budget, int(batch.executors), batch.batch_interval_s
+            )
+            if error is not None:
+                self.model.correction.update(error, params)
+        return event
+
+    def plan(self, params: CostParams, inputs: PlanInputs) -> PlanDecision:
+        budget = plan_budget(
+            self.model.fit(), params, inputs, self.model.correction, self.model.per_record_floor_s()
+        )
+        rate = budget.rate(inputs.batch_interval_s)
+        return PlanDecision(self.name, -1.0 if rate is None else rate, budget)
+
+    def suggest_executors(
+        self,
+        current: int,
+        batches: Sequence[tuple[int, int]],
+        batch_interval_ms: int,
+        params: CostParams,
+        policy: ScalingPolicy,
+        batches_since_change: int | None,
+    ) -> ScalingDecision:
+        return cost_executor_target(
+            current,
+            batches,
+            batch_interval_ms,
+            self.model.fit(),
+            params.target_ratio,
+            policy,
+            batches_since_change,
+        )
+
+    def min_records(self, settings: Any, executors: int) -> int | None:
+        """With ``min_batch_fixed_share``: the batch whose fitted fixed cost is at most that share
+        of its time (0 before the model is fitted)."""
+        if settings.min_batch_fixed_share <= 0:
+            return None
+        return records_for_fixed_share(self.model.fit(), settings.min_batch_fixed_share, executors)
+
+    def warning(self, batch_interval_s: float) -> str | None:
+        return fixed_cost_warning(self.model.fit(), batch_interval_s)
+
+    def report(self, observed: Any) -> dict[str, Any]:
+        fit = self.model.fit()
+        return {"cost": None if fit is None else fit.to_dict(), "cost_event": observed}
+
+    def event(self, observed: Any) -> str | None:
+        return observed if isinstance(observed, str) else None
+
+    def summary(self) -> str:
+        fit = self.model.fit()
+        if fit is None:
+            return "cost model not fitted yet"
+        return f"cost model fixed {fit.fixed_s:.1f} s + {fit.per_record_s * 1000:.3f} ms/record/executor ({fit.method})"
