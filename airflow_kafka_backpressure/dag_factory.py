@@ -22,6 +22,7 @@ from .operators import (
     ReplayFailedRangesOperator,
     SparkKafkaBatchOperator,
 )
+from .operators.common import sink_lock_wait_s
 from .pipeline import PIPELINES_FILE_ENV, PipelineConfig, load_pipelines
 from .sensors.failed_ranges import FailedRangesSensor
 
@@ -59,17 +60,20 @@ def task_timeouts(p: PipelineConfig) -> dict[str, timedelta]:
     """``execution_timeout`` of every task of the pipeline's two DAGs, derived from its batch interval
     and timeouts (set ``task_timeout_s``, ``batch_timeout_s``, ``replay_interval_s`` to change them).
 
-    Each is a last resort above the task's own bounds (broker and ledger calls, the batch timeout):
+    Each is a last resort above the task's own bounds (broker and ledger calls, the batch timeout, the
+    wait for the table's commit lock where the sink needs one):
     a task that outlives it is killed by Airflow (its ``on_kill`` stops the Spark work) and fails."""
     control = p.control_task_timeout
     every = p.replay_interval_s or 5 * p.batch_interval_s
+    # a batch into a table written one job at a time (Delta on S3) may first wait for another's job
+    batch = p.batch_task_timeout + sink_lock_wait_s(p)
     return {
         "plan": timedelta(seconds=control),
-        "ingest": timedelta(seconds=p.batch_task_timeout),
+        "ingest": timedelta(seconds=batch),
         "record": timedelta(seconds=control),
         "scale": timedelta(seconds=control),
         "failed_ranges": timedelta(seconds=every + control),
-        "replay": timedelta(seconds=REPLAY_BATCHES_PER_RUN * p.batch_task_timeout + control),
+        "replay": timedelta(seconds=REPLAY_BATCHES_PER_RUN * batch + control),
         "check": timedelta(seconds=control),
     }
 

@@ -12,7 +12,8 @@ Every task of a pipeline already shares its ledger, so the ledger is where they 
 * **SQLite in memory** (tests) — a lock of this process.
 
 Waiting is bounded: :class:`~.states.LedgerUnavailable` names the lock, the ledger and the fix
-after ``timeout_s``. No schema change: nothing is written.
+after ``timeout_s``; a waiter may do something every so often while it waits (renew its batch's
+lease). No schema change: nothing is written.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import hashlib
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,11 @@ def _key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"kbp-lock:{name}".encode()).digest()[:8], "big", signed=True)
 
 
-def _held_too_long(ledger: Any, name: str, timeout_s: float) -> LedgerUnavailable:
+def _held_too_long(ledger: Any, name: str, timeout_s: float, held_by: str | None = None) -> LedgerUnavailable:
+    if held_by is not None:
+        return LedgerUnavailable(
+            f"Ledger lock {name!r} at {ledger.url} is still held after {timeout_s:g} s: {held_by}"
+        )
     return LedgerUnavailable(
         f"Ledger lock {name!r} at {ledger.url} is still held by another task after {timeout_s:g} s. Another "
         "task of the pipeline (record or replay, or a concurrent run) is in the same step and slow or stuck — "
@@ -52,22 +57,33 @@ def _held_too_long(ledger: Any, name: str, timeout_s: float) -> LedgerUnavailabl
 
 
 @contextmanager
-def ledger_lock(ledger: Any, name: str, timeout_s: float | None = None) -> Iterator[None]:
+def ledger_lock(
+    ledger: Any,
+    name: str,
+    timeout_s: float | None = None,
+    *,
+    while_waiting: Callable[[], Any] | None = None,
+    every_s: float = 30.0,
+    held_by: str | None = None,
+) -> Iterator[None]:
     """Hold the ledger-wide lock ``name`` for the ``with`` block (waiting at most ``timeout_s``,
-    default the ledger's bound). Not re-entrant."""
+    default the ledger's bound). Not re-entrant. ``while_waiting`` is called every ``every_s``
+    seconds of waiting (a lease's renewal; what it raises ends the wait); ``held_by``: who holds the
+    lock and what to do, for the message when the wait times out."""
     timeout = float(ledger.timeout_s if timeout_s is None else timeout_s)
+    wait = _Wait(ledger, name, timeout, while_waiting, every_s, held_by)
     engine = ledger.engine
     dialect = engine.dialect.name
     if dialect == "postgresql":
-        with _postgres_lock(ledger, name, timeout):
+        with _postgres_lock(ledger, name, wait):
             yield
     elif dialect == "sqlite":
         database = engine.url.database
         if database in (None, "", ":memory:"):
-            with _local_lock(ledger, name, timeout):
+            with _local_lock(ledger, name, wait):
                 yield
         else:
-            with _file_lock(ledger, Path(database).expanduser(), name, timeout):
+            with _file_lock(Path(database).expanduser(), name, wait):
                 yield
     else:
         raise LedgerError(
@@ -76,24 +92,54 @@ def ledger_lock(ledger: Any, name: str, timeout_s: float | None = None) -> Itera
         )
 
 
-def _wait(ledger: Any, name: str, timeout: float, try_once: Any) -> None:
-    deadline = time.monotonic() + timeout
-    while not try_once():
-        if time.monotonic() >= deadline:
-            raise _held_too_long(ledger, name, timeout)
+class _Wait:
+    """How a lock is waited for: until ``timeout`` (then :func:`_held_too_long`), calling
+    ``while_waiting`` every ``every_s`` seconds meanwhile."""
+
+    def __init__(
+        self,
+        ledger: Any,
+        name: str,
+        timeout: float,
+        while_waiting: Callable[[], Any] | None,
+        every_s: float,
+        held_by: str | None,
+    ) -> None:
+        self.ledger, self.name, self.timeout, self.held_by = ledger, name, timeout, held_by
+        self.while_waiting, self.every_s = while_waiting, max(float(every_s), _POLL_S)
+        self.deadline = time.monotonic() + timeout
+        self.next_call = time.monotonic() + self.every_s
+
+    def until(self, try_once: Callable[[float], bool]) -> None:
+        """Call ``try_once(seconds it may block)`` until it returns True; raise when the time is up."""
+        while not try_once(max(0.0, min(self.deadline - time.monotonic(), self.every_s))):
+            now = time.monotonic()
+            if now >= self.deadline:
+                raise _held_too_long(self.ledger, self.name, self.timeout, self.held_by)
+            if self.while_waiting is not None and now >= self.next_call:
+                self.while_waiting()
+                self.next_call = now + self.every_s
+
+
+def _polled(try_once: Callable[[], bool]) -> Callable[[float], bool]:
+    """``try_once`` (which does not block) as a wait step: tried, then a short sleep if it failed."""
+
+    def step(_: float) -> bool:
+        if try_once():
+            return True
         time.sleep(_POLL_S)
+        return False
+
+    return step
 
 
 @contextmanager
-def _postgres_lock(ledger: Any, name: str, timeout: float) -> Iterator[None]:
+def _postgres_lock(ledger: Any, name: str, wait: _Wait) -> Iterator[None]:
     key = _key(name)
     conn = ledger.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
     try:
-        _wait(
-            ledger,
-            name,
-            timeout,
-            lambda: bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()),
+        wait.until(
+            _polled(lambda: bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()))
         )
         try:
             yield
@@ -104,7 +150,7 @@ def _postgres_lock(ledger: Any, name: str, timeout: float) -> Iterator[None]:
 
 
 @contextmanager
-def _file_lock(ledger: Any, database: Path, name: str, timeout: float) -> Iterator[None]:
+def _file_lock(database: Path, name: str, wait: _Wait) -> Iterator[None]:
     import fcntl
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] + "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
@@ -120,7 +166,7 @@ def _file_lock(ledger: Any, database: Path, name: str, timeout: float) -> Iterat
             except BlockingIOError:
                 return False
 
-        _wait(ledger, name, timeout, try_once)
+        wait.until(_polled(try_once))
         try:
             yield
         finally:
@@ -130,11 +176,10 @@ def _file_lock(ledger: Any, database: Path, name: str, timeout: float) -> Iterat
 
 
 @contextmanager
-def _local_lock(ledger: Any, name: str, timeout: float) -> Iterator[None]:
+def _local_lock(ledger: Any, name: str, wait: _Wait) -> Iterator[None]:
     with _LOCAL_GUARD:
         lock = _LOCAL.setdefault((id(ledger.engine), name), threading.Lock())
-    if not lock.acquire(timeout=timeout):
-        raise _held_too_long(ledger, name, timeout)
+    wait.until(lambda seconds: lock.acquire(timeout=seconds))
     try:
         yield
     finally:

@@ -6,6 +6,10 @@ marked running (replaying), renewed while the Spark work runs, and checked when 
 finished, so an attempt that lost the batch to a newer one can neither finish it nor go on running.
 A batch whose worker died is replayable once its lease has expired — minutes, not a day.
 
+Where the sink format's commits into the table are not safe among Spark drivers (Delta on S3), the
+batch's job runs under the ledger's lock of the table (:func:`~.common.sink_commit_lock`): one job
+at a time writes it, the others wait (renewing their leases) for up to a batch's task timeout.
+
 The batch is marked succeeded (replayed) only after its output is committed to the sink, and failed
 — replayable — with a message saying what happened otherwise: the job's own error, a timeout, a kill.
 A kill marks the batch failed at once (Airflow sends SIGKILL a few seconds after the SIGTERM that
@@ -30,6 +34,7 @@ from ..models import Adoption, BatchMetrics, BatchPlan, OffsetRange
 from ..pipeline import DEFAULT_LEASE_S as LEASE_S
 from ..pipeline import PipelineConfig
 from .base import PipelineOperator
+from .common import sink_commit_lock
 
 #: How often a running attempt renews its lease (at most a quarter of the lease).
 LEASE_RENEW_S = 30.0
@@ -111,17 +116,24 @@ class BatchRunningOperator(PipelineOperator):
         as the batch's output without reading Kafka again (see :class:`~..models.Adoption`).
         ``before_finish`` runs after the job, before the batch is marked (e.g. recording losses)."""
         self._current = (ledger, plan.batch_id, token)
+
+        def renew() -> int:
+            return ledger.renew_lease(plan.batch_id, token, int(self._lease_s * 1000))
+
+        renew_s = min(LEASE_RENEW_S, self._lease_s / 4)
         try:
-            metrics = self.batch_hook.run(
-                plan,
-                executors,
-                kafka_properties,
-                token=token,
-                attempt=self._attempts.get(token),
-                adopt=adopt,
-                heartbeat=lambda: ledger.renew_lease(plan.batch_id, token, int(self._lease_s * 1000)),
-                heartbeat_s=min(LEASE_RENEW_S, self._lease_s / 4),
-            )
+            # a table whose commits are not safe among drivers (Delta on S3): one batch's job at a time
+            with sink_commit_lock(self.pipeline, ledger, plan.batch_id, while_waiting=renew, every_s=renew_s):
+                metrics = self.batch_hook.run(
+                    plan,
+                    executors,
+                    kafka_properties,
+                    token=token,
+                    attempt=self._attempts.get(token),
+                    adopt=adopt,
+                    heartbeat=renew,
+                    heartbeat_s=renew_s,
+                )
             if before_finish is not None:
                 before_finish(metrics)
         except BaseException as e:

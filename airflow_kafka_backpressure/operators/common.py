@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from airflow.sdk import Variable
@@ -20,6 +21,7 @@ from ..kafka.offsets import KafkaOffsets
 from ..ledger import Ledger
 from ..ledger.locks import ledger_lock
 from ..pipeline import PipelineConfig
+from ..sinks import commit_lock_name, sink_format_for
 from ..topic_identity import changed_topics
 
 log = logging.getLogger(__name__)
@@ -172,6 +174,50 @@ def commit_lock(pipeline: PipelineConfig, ledger: Ledger) -> Any:
     bounded broker calls, so waiting for it is bounded by a few broker timeouts."""
     return ledger_lock(
         ledger, f"{pipeline.name}:group-commit", timeout_s=4 * pipeline.kafka_timeout_s + ledger.timeout_s
+    )
+
+
+def sink_lock_wait_s(pipeline: PipelineConfig) -> float:
+    """How long a batch waits for its sink's commit lock (:func:`sink_commit_lock`): as long as
+    another batch's job may hold it (the batch timeout, plus the bound for stopping and marking it);
+    0 when the pipeline's sink needs no lock. The DAGs' task timeouts add it."""
+    if commit_lock_name(pipeline.sink_format, pipeline.sink, pipeline.spark_conf) is None:
+        return 0.0
+    return pipeline.batch_task_timeout
+
+
+def sink_commit_lock(
+    pipeline: PipelineConfig,
+    ledger: Ledger,
+    batch_id: int,
+    *,
+    while_waiting: Any = None,
+    every_s: float = 30.0,
+) -> AbstractContextManager[Any]:
+    """The ledger lock of the pipeline's table, held around a batch's job when the sink format's
+    commits into it are not safe among concurrent Spark drivers
+    (:meth:`~..sinks.SinkFormat.commit_lock_reason`: Delta on S3); a no-op otherwise. One lock per
+    table (its normalized URI): ingest, replay and cleared runs, of any pipeline sharing the ledger,
+    write it one batch at a time. ``while_waiting`` renews the batch's lease while it waits."""
+    name = commit_lock_name(pipeline.sink_format, pipeline.sink, pipeline.spark_conf)
+    if name is None:
+        return nullcontext()
+    reason = sink_format_for(pipeline.sink_format).commit_lock_reason(pipeline.sink, pipeline.spark_conf)
+    wait = sink_lock_wait_s(pipeline)
+    return ledger_lock(
+        ledger,
+        name,
+        timeout_s=wait,
+        while_waiting=while_waiting,
+        every_s=every_s,
+        held_by=(
+            f"batch {batch_id} of pipeline {pipeline.name!r} waited {wait:g} s (the batch's task timeout) for "
+            f"another batch's job into {pipeline.sink} to end, and it goes on. Batches into this table run one at "
+            f"a time because {reason}. The batch is failed and replayable. Look for a hung batch job writing this "
+            "table (ingest, replay or a cleared run, of this or another pipeline on this ledger); or configure a "
+            "LogStore that is safe among drivers (for S3, Delta's S3DynamoDBLogStore: "
+            "spark.delta.logStore.s3a.impl in the pipeline's spark_conf)"
+        ),
     )
 
 

@@ -2,8 +2,10 @@
 
 One small interface (:class:`~.base.SinkFormat`) and one registry (:data:`SINK_FORMATS`,
 :func:`sink_format_for`). A format writes a batch's DataFrame as one commit that retries, replays and
-cleared runs cannot duplicate or skip, says whether a batch is committed, and reads back what a
-batch committed (its batch id, attempt, ranges and record count) for adoption and the ledger.
+cleared runs cannot duplicate or skip, says whether a batch is committed, reads back what a
+batch committed (its batch id, attempt, ranges and record count) for adoption and the ledger, and
+says whether its commits into a sink must be serialized across Spark drivers
+(:func:`~.commit_lock.commit_lock_name`: the ledger's lock of the table).
 
 A pipeline picks one with ``sink_format``: ``parquet`` (the default) is the Parquet directory of
 ``spark/sink.py`` (its own staging, manifest, fence and swap: not behind this interface yet), and
@@ -13,6 +15,7 @@ every name of :data:`SINK_FORMATS` (``delta``) runs through ``spark/table_job.py
 from __future__ import annotations
 
 from .base import BatchCommit, SinkFenced, SinkFormat, SinkFormatError, UnknownSinkFormat
+from .commit_lock import commit_lock_name, normalized_sink_uri
 from .delta import DeltaSink
 
 #: Every sink format by name; validation, dispatch and the docs read this one mapping.
@@ -40,5 +43,7 @@ __all__ = [
     "SinkFormat",
     "SinkFormatError",
     "UnknownSinkFormat",
+    "commit_lock_name",
+    "normalized_sink_uri",
     "sink_format_for",
 ]

@@ -78,7 +78,9 @@ class SinkFormat(abc.ABC):
       id, attempt): a retry of a committed attempt changes nothing; a newer attempt replaces the
       batch's rows (never appends beside them); an older attempt after a newer one is refused with
       :class:`SinkFenced`; a replay of an old batch after newer ones lands.
-    * :meth:`committed` reads back what the batch committed (None if nothing).
+    * :meth:`committed` reads back what the batch committed (None if nothing);
+    * :meth:`commit_lock_reason` says whether its commits into a sink must be serialized across
+      Spark drivers (the pipeline then holds a lock of the ledger around each batch's job).
     """
 
     name: ClassVar[str]
@@ -106,6 +108,14 @@ class SinkFormat(abc.ABC):
     @abc.abstractmethod
     def committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int) -> BatchCommit | None:
         """What batch ``batch_id`` of ``pipeline`` last committed in ``sink``, or None."""
+
+    def commit_lock_reason(self, sink: str, spark_conf: Mapping[str, str]) -> str | None:
+        """Why two Spark drivers committing batches into ``sink`` at the same time could lose a
+        commit, so that the pipeline must run one batch's job at a time there (the ledger's lock of
+        the table, :func:`~.commit_lock.commit_lock_name`); None when the format's commit is safe
+        among any number of drivers. ``spark_conf``: the pipeline's Spark settings, which may choose
+        the store's commit protocol. Called on the Airflow worker: no Spark session. Default None."""
+        return None
 
     def is_committed(
         self, spark: Any, sink: str, *, pipeline: str, batch_id: int, attempt: int | None = None

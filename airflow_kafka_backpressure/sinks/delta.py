@@ -65,6 +65,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from ..models import OffsetRange
 from .base import BatchCommit, SinkFenced, SinkFormat, SinkFormatError, same_batch_offsets
@@ -150,6 +151,36 @@ def _other_batch(
     )
 
 
+#: Delta's LogStores that make a table's commits exclusive only within one driver's memory: two
+#: drivers can write the same ``_delta_log/<version>.json`` (S3 had no conditional PUT; hadoop-aws
+#: 3.5.0 sends none), and the later one overwrites the earlier commit
+SINGLE_DRIVER_LOG_STORES = frozenset(
+    {"io.delta.storage.S3SingleDriverLogStore", "org.apache.spark.sql.delta.storage.S3SingleDriverLogStore"}
+)
+#: Delta's default LogStore per path scheme (its ``DelegatingLogStore``); other schemes get
+#: ``HDFSLogStore``, whose create-if-absent is atomic
+DEFAULT_LOG_STORES = {
+    **dict.fromkeys(("s3", "s3a", "s3n"), "io.delta.storage.S3SingleDriverLogStore"),
+    **dict.fromkeys(("abfs", "abfss", "adl", "wasb", "wasbs"), "io.delta.storage.AzureLogStore"),
+    "gs": "io.delta.storage.GCSLogStore",
+}
+
+
+def log_store_class(sink: str, spark_conf: Mapping[str, str]) -> str:
+    """The LogStore class Delta commits ``sink`` with, by Delta's rules: ``spark.delta.logStore.class``
+    (or ``delta.logStore.class``) for every path, else ``spark.delta.logStore.<scheme>.impl`` (or
+    without ``spark.``), else its default for the path's scheme."""
+    for key in ("spark.delta.logStore.class", "delta.logStore.class"):
+        if spark_conf.get(key):
+            return str(spark_conf[key])
+    scheme = urlsplit(sink).scheme.lower()
+    scheme = scheme if len(scheme) > 1 else "file"  # a local path (or a Windows drive letter)
+    for key in (f"spark.delta.logStore.{scheme}.impl", f"delta.logStore.{scheme}.impl"):
+        if spark_conf.get(key):
+            return str(spark_conf[key])
+    return DEFAULT_LOG_STORES.get(scheme, "io.delta.storage.HDFSLogStore")
+
+
 def _fenced(where: str, attempt: int, newer: BatchCommit) -> str:
     return (
         f"{where}: attempt {attempt} was refused, attempt {newer.attempt} has committed the batch "
@@ -163,6 +194,18 @@ class DeltaSink(SinkFormat):
     #: ``DESCRIBE HISTORY`` reads one log file per commit it returns, so a commit's cost does not
     #: grow with the table's history (bench/sinks.py)
     recent_commits: ClassVar[int] = 20
+
+    def commit_lock_reason(self, sink: str, spark_conf: Mapping[str, str]) -> str | None:
+        """See :meth:`SinkFormat.commit_lock_reason`: the table's LogStore
+        (:func:`log_store_class`) is one of :data:`SINGLE_DRIVER_LOG_STORES` (S3's default)."""
+        store = log_store_class(sink, spark_conf)
+        if store not in SINGLE_DRIVER_LOG_STORES:
+            return None
+        return (
+            f"Delta commits {sink} with {store.rsplit('.', 1)[-1]}, which keeps a table's commits apart within one "
+            "Spark driver only: two drivers (ingest and replay, each batch its own driver on the submit engine) "
+            "committing the same table version at once can overwrite each other's _delta_log entry"
+        )
 
     def write_batch(
         self,

@@ -96,3 +96,45 @@ def test_a_lock_held_by_another_process_bounds_the_wait_and_dies_with_its_holder
         if holder.poll() is None:
             holder.kill()
             holder.wait(30)
+
+
+def test_a_waiter_renews_its_lease_while_it_waits_and_says_who_holds_the_lock(ledger):  # noqa: F811
+    """A batch waiting for its table's lock renews its lease every so often (``while_waiting``), a
+    renewal that fails ends the wait, and a timeout names the holder as the caller describes it."""
+    name = f"p{secrets.token_hex(4)}:sink-commit"
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with ledger_lock(ledger, name, timeout_s=30):
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30)
+        renewals: list[float] = []
+        with pytest.raises(LedgerUnavailable, match=r"still held after 1 s: the other batch's job goes on"):
+            with ledger_lock(
+                ledger,
+                name,
+                timeout_s=1,
+                while_waiting=lambda: renewals.append(time.monotonic()),
+                every_s=0.2,
+                held_by="the other batch's job goes on",
+            ):
+                pass
+        assert 3 <= len(renewals) <= 6, renewals
+
+        class LeaseLost(Exception):
+            pass
+
+        def lost() -> None:
+            raise LeaseLost("taken over")
+
+        with pytest.raises(LeaseLost):
+            with ledger_lock(ledger, name, timeout_s=30, while_waiting=lost, every_s=0.1):
+                pass
+    finally:
+        release.set()
+        holder.join(30)
