@@ -23,12 +23,13 @@ WRITERS = ("auto", "spark", "arrow")
 DEFAULT_WRITER = "auto"
 
 
-def writer_problem(writer: str, transform: str | None, reader: str) -> str | None:
-    """What is wrong with ``writer`` for a pipeline with ``transform`` and ``reader`` (None: nothing).
-    One rule for the pipelines file and the batch job."""
+def writer_problem(writer: str, transform: str | None, reader: str, reader_feeds_arrow: bool) -> str | None:
+    """What is wrong with ``writer`` for a pipeline with ``transform`` and ``reader`` (None: nothing);
+    ``reader_feeds_arrow``: the reader (or ``auto``) can feed the arrow writer. One rule for the
+    pipelines file and the batch job."""
     if writer not in WRITERS:
         return f"use one of {', '.join(WRITERS)}"
-    if writer == "arrow" and (transform is not None or reader == "native"):
+    if writer == "arrow" and (transform is not None or not reader_feeds_arrow):
         return (
             "writer 'arrow' writes the raw records the Python reader read: it takes no transform and reader "
             f"'auto' or 'python' (got transform={transform!r}, reader={reader!r}); remove the transform and use "
@@ -37,13 +38,15 @@ def writer_problem(writer: str, transform: str | None, reader: str) -> str | Non
     return None
 
 
-def chosen_writer(writer: str, transform: str | None, reader: str, arrow_codec: bool = True) -> str:
+def chosen_writer(
+    writer: str, transform: str | None, reader_feeds_arrow: bool, arrow_codec: bool = True
+) -> str:
     """The writer a batch uses: ``writer`` itself unless it is ``auto``, which is ``arrow`` for the
-    raw records of the Python reader (``reader`` is the one chosen, ``python`` or ``native``) in a
-    codec pyarrow writes (``arrow_codec``), else ``spark``."""
+    raw records of a reader that feeds it (``reader_feeds_arrow``: the chosen reader's) in a codec
+    pyarrow writes (``arrow_codec``), else ``spark``."""
     if writer != "auto":
         return writer
-    return "arrow" if transform is None and reader == "python" and arrow_codec else "spark"
+    return "arrow" if transform is None and reader_feeds_arrow and arrow_codec else "spark"
 
 
 class TopicPartition(NamedTuple):
@@ -358,7 +361,7 @@ class JobSpec:
     kafka: dict[str, Any]
     launched_at_ms: int
     token: str = field(default_factory=new_token)
-    reader: str = "auto"  # auto | python | native
+    reader: str = "auto"  # "auto" or a reader of spark.readers.READERS
     transform: str | None = None  # "package.module:function", DataFrame -> DataFrame
     poll_timeout_ms: int = 1000
     stall_timeout_s: float = 60.0
@@ -375,8 +378,8 @@ class JobSpec:
     secrets_file: str | None = None
 
     def __post_init__(self) -> None:
-        if self.reader not in ("auto", "python", "native"):
-            raise ValueError(f"reader must be one of auto, python, native; got {self.reader!r}")
+        if not self.reader or not isinstance(self.reader, str):
+            raise ValueError(f"reader must be 'auto' or a reader's name; got {self.reader!r}")
         if self.transform is not None and ":" not in self.transform:
             raise ValueError(f"transform must look like 'package.module:function', got {self.transform!r}")
         if not self.token or not all(c.isalnum() or c in "-_" for c in self.token):

@@ -22,6 +22,7 @@ from .engines import ENGINES
 from .models import writer_problem
 from .sink_placement import sharing_problems
 from .sinks import SINK_FORMAT_NAMES
+from .spark.readers import feeds_arrow_writer, reader_names
 from .storage import is_absolute_location
 
 #: Environment variable naming the pipelines file (JSON: a list, or {"pipelines": [...]}).
@@ -104,8 +105,8 @@ class PipelineConfig:
     )
     reader: str = _field(
         "auto",
-        doc="how the Spark job reads Kafka: native is Spark's format('kafka'), python the package's Data Source, auto the first available",
-        allowed="auto, python, native",
+        doc="how the Spark job reads Kafka: native is Spark's format('kafka'), python the package's Data Source, auto the first that can read the batch",
+        allowed=", ".join(reader_names()),
     )
     transform: str | None = _field(
         None,
@@ -227,14 +228,14 @@ class PipelineConfig:
             raise bad("on_topic_reset", self.on_topic_reset, f"one of {ON_TOPIC_RESET}")
         if self.engine not in ENGINES:
             raise bad("engine", self.engine, f"one of {', '.join(ENGINES)}")
-        if self.reader not in ("auto", "python", "native"):
-            raise bad("reader", self.reader, "one of auto, python, native")
+        if self.reader not in reader_names():
+            raise bad("reader", self.reader, f"one of {', '.join(reader_names())}")
         if self.transform is not None and ":" not in self.transform:
             raise bad("transform", self.transform, "use 'package.module:function'")
         if self.sink_format not in SINK_FORMAT_NAMES:
             raise bad("sink_format", self.sink_format, f"one of {', '.join(SINK_FORMAT_NAMES)}")
         writer = self.sink_options.writer
-        problem = writer_problem(writer, self.transform, self.reader)
+        problem = writer_problem(writer, self.transform, self.reader, feeds_arrow_writer(self.reader))
         if problem:
             raise bad("sink_options.writer", writer, problem)
         if self.sink_format != "parquet" and writer == "arrow":

@@ -62,12 +62,17 @@ from airflow_kafka_backpressure.spark.launcher_watch import (
     remove_attempt_files,
     watch_launcher,
 )
+from airflow_kafka_backpressure.spark.python_reader import PythonReader
 from airflow_kafka_backpressure.spark.readers import (
     NATIVE_PROVIDER_CLASS,
+    READERS,
+    Reader,
     choose_reader,
+    feeds_arrow_writer,
     native_options,
     native_reader_available,
     read_ranges,
+    reader_for,
     reader_settings,
 )
 from airflow_kafka_backpressure.spark.session_secrets import plan_properties
@@ -79,6 +84,7 @@ __all__ = [
     "NATIVE_PROVIDER_CLASS",
     "JobError",
     "check_bounds",
+    "arrow_writer_reader",
     "choose_reader",
     "main",
     "native_options",
@@ -138,7 +144,7 @@ def apply_transform(df: Any, ref: str | None) -> Any:
 
 
 def count_unread(
-    spark: Any, spec: JobSpec, reader: str, unread: Sequence[OffsetRange]
+    spark: Any, spec: JobSpec, reader: Reader, unread: Sequence[OffsetRange]
 ) -> tuple[dict[TopicPartition, int], int]:
     """Records and key+value bytes of ``unread`` ranges, by a second read (the transform did not
     consume them, or the native reader, which leaves no completion records, read them)."""
@@ -215,12 +221,17 @@ def arrow_codec(compression: str | None) -> bool:
     return True
 
 
+def arrow_writer_reader() -> Reader:
+    """The reader the arrow writer's tasks read with: the first registered one that feeds it."""
+    return next(kind() for kind in READERS.values() if kind.feeds_arrow_writer)
+
+
 def batch_writer(spec: JobSpec) -> str:
     """The spec's ``writer`` option (:mod:`.arrow_writer`), checked against its reader and transform;
     ``auto`` is resolved once the reader is known (:func:`.models.chosen_writer`)."""
 
     writer = str(spec.options.get("writer") or DEFAULT_WRITER)
-    problem = writer_problem(writer, spec.transform, spec.reader)
+    problem = writer_problem(writer, spec.transform, spec.reader, feeds_arrow_writer(spec.reader))
     if problem:
         raise JobError(f"writer = {writer!r} is invalid: {problem}")
     return writer
@@ -281,18 +292,22 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
             )
     check_bounds(spec)
     writer = batch_writer(spec)
-    reader = (
-        "python" if writer == "arrow" else choose_reader(spark, spec.reader, secrets_file=spec.secrets_file)
-    )
+    # the arrow writer's tasks read themselves, with a reader that feeds it
+    reader = arrow_writer_reader() if writer == "arrow" else choose_reader(spark, spec)
     writer = chosen_writer(
-        writer, spec.transform, reader, arrow_codec(spec.options.get("parquet_compression"))
+        writer,
+        spec.transform,
+        reader.feeds_arrow_writer,
+        arrow_codec(spec.options.get("parquet_compression")),
     )
     read_started_at_ms = _now_ms()
-    records_dir = read_records_dir(plan.sink, plan.batch_id, spec.token) if reader == "python" else None
+    records_dir = (
+        read_records_dir(plan.sink, plan.batch_id, spec.token) if reader.leaves_completion_records else None
+    )
     describe = {
         "pipeline": plan.pipeline,
         "run_id": plan.run_id,
-        "reader": reader,
+        "reader": reader.name,
         "transform": spec.transform,
         "writer": writer,
     }
@@ -319,8 +334,8 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
             attempt=spec.attempt,
             plain_columns=spec.options.get("parquet_plain_columns"),
             write_data=write_data,
-            # Spark's own reader leaves no completion records: the write counts what it reads
-            count_reads=reader == "native" and spec.transform is None,
+            # a reader that leaves no completion records: the write counts what it reads
+            count_reads=not reader.leaves_completion_records and spec.transform is None,
         )
     except SinkError as e:
         raise JobError(str(e)) from e
@@ -329,7 +344,7 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     except Exception as e:
         raise JobError(
             f"batch {plan.batch_id} of pipeline {plan.pipeline!r} failed while reading "
-            f"{', '.join(str(r) for r in plan.ranges if r.count > 0) or 'nothing'} (reader={reader}) or writing "
+            f"{', '.join(str(r) for r in plan.ranges if r.count > 0) or 'nothing'} (reader={reader.name}) or writing "
             f"{plan.output_path!r}: {_spark_failure(e)}"
         ) from e
     committed_at_ms = _now_ms()
@@ -380,7 +395,9 @@ def adopt_committed(spark: Any, spec: JobSpec) -> tuple[BatchMetrics | None, lis
         TopicPartition(p["topic"], int(p["partition"])): int(p["records"]) for p in manifest["partitions"]
     }
     unread = [OffsetRange.from_dict(r) for r in manifest.get("unread", ())]
-    more, more_bytes = count_unread(spark, spec, str(manifest.get("reader") or "python"), unread)
+    # the reader that wrote it reads what it did not count (manifests before readers were named: python)
+    written_by = reader_for(str(manifest.get("reader") or PythonReader.name))
+    more, more_bytes = count_unread(spark, spec, written_by, unread)
     counts.update(more)
     return BatchMetrics(
         batch_id=plan.batch_id,

@@ -1,209 +1,104 @@
-"""The batch's readers: Spark's own Kafka source (``format("kafka")``, the connector) or the Python
-Data Source (:mod:`.kafka_range_source`), chosen per batch (``reader``: ``auto`` | ``native`` |
-``python``), and the options each reads one batch's exact offset ranges with.
+"""The readers: one interface (:class:`~.reader_base.Reader`), one registry (:data:`READERS`).
 
-``auto`` reads natively where the connector is on the driver's classpath: a classic session looks
-the provider class up; a Spark Connect client asks the server (a probe kept per session).
+A pipeline names one with ``reader`` — a name of :data:`READERS` (``native``: Spark's own Kafka
+source; ``python``: the Python Data Source) or ``auto``: the first reader of :data:`READERS`, in
+order, that can read the batch (:meth:`~.reader_base.Reader.problem`): Spark's source where its
+connector is on the driver's classpath and the batch's credentials may reach it, else the Python
+reader. The pipelines file's validation, the job and the docs read this registry; nothing else
+names a reader. Adding one is a module with a :class:`~.reader_base.Reader` and a line here (or
+:func:`register`).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from airflow_kafka_backpressure.kafka.config import KafkaConfigError, to_spark_kafka_options
 from airflow_kafka_backpressure.models import JobSpec
-from airflow_kafka_backpressure.spark import registry
 from airflow_kafka_backpressure.spark.errors import JobError
-from airflow_kafka_backpressure.spark.session_secrets import plan_properties
+from airflow_kafka_backpressure.spark.native_reader import (
+    NATIVE_FETCH_DEFAULTS,
+    NATIVE_PROVIDER_CLASS,
+    NativeReader,
+    native_options,
+    native_reader_available,
+    read_kafka_through_v2,
+)
+from airflow_kafka_backpressure.spark.python_reader import PythonReader, reader_settings
+from airflow_kafka_backpressure.spark.reader_base import Reader
 
-NATIVE_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
-#: Spark's Kafka consumer fetches as the Python reader's does (range_clients.CONFLUENT_FETCH_DEFAULTS):
-#: larger fetches and polls than the Java client's defaults (1 MiB per partition, 500 records per
-#: poll). Interleaved here, 300,000 records into a noop sink: 1.35-1.62 s against 1.53-2.03 s.
-#:
-#: ``fetch.max.wait.ms`` 10 instead of 500: a batch reads ranges that are already on the broker, so
-#: only the client's prefetch past a range's end finds nothing, and the broker holds that fetch for
-#: ``fetch.max.wait.ms``. Spark's reader asks for the partition's earliest and latest offsets after
-#: every poll, on the same connection, and the broker answers a connection's requests in order: a
-#: range that ends at the log end (every batch of a pipeline that keeps up) waited the whole 500 ms
-#: per partition, whenever the last poll emptied the client's buffer. Measured here, 25 records from
-#: each of 4 partitions at their log end into a noop sink: 1.21-1.32 s against 0.21-0.34 s; a
-#: million records with max.poll.records 100,000 (every poll empties the buffer): 1.72-2.29 s
-#: against 0.75-1.16 s. With 10,000 the stall depends on how the producer's batches fall against
-#: the polls, so it came and went from one topic to the next (docs/benchmarks.md).
-#:
-#: The connection's own settings win.
-NATIVE_FETCH_DEFAULTS = {
-    "kafka.max.partition.fetch.bytes": str(4 * 1024 * 1024),
-    "kafka.fetch.max.bytes": str(16 * 1024 * 1024),
-    "kafka.max.poll.records": "10000",
-    "kafka.fetch.max.wait.ms": "10",
-}
+#: Every reader by name, in the order ``auto`` tries them.
+READERS: dict[str, type[Reader]] = {NativeReader.name: NativeReader, PythonReader.name: PythonReader}
+#: The ``reader`` that picks one per batch.
+AUTO = "auto"
 
 
-def native_reader_available(spark: Any) -> bool:
-    """True when Spark's Kafka connector (``spark-sql-kafka-0-10``) is on the driver's classpath:
-    a classic session looks the provider class up; a Spark Connect session asks the server to
-    resolve ``format("kafka")`` without options, which asks for its options when the connector is
-    there and fails to find the data source when it is not. Nothing connects to Kafka."""
-    jvm = getattr(spark, "_jvm", None)
-    if jvm is None:
-        return _connect_has_kafka_source(spark)
+def reader_names() -> tuple[str, ...]:
+    """What a pipeline's ``reader`` may be: ``auto`` and every registered reader."""
+    return (AUTO, *READERS)
+
+
+def register(reader: type[Reader]) -> type[Reader]:
+    """Add ``reader`` to :data:`READERS` under its ``name`` (tried last by ``auto``)."""
+    READERS[reader.name] = reader
+    return reader
+
+
+def feeds_arrow_writer(name: str) -> bool:
+    """Whether the pipeline's ``reader`` (``auto`` or a reader's name) can feed the arrow writer."""
+    return name == AUTO or (name in READERS and READERS[name].feeds_arrow_writer)
+
+
+def reader_for(name: str) -> Reader:
+    """The reader called ``name`` (one of :data:`READERS`)."""
     try:
-        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        jvm.java.lang.Class.forName(NATIVE_PROVIDER_CLASS, False, loader)
-        return True
-    except Exception:
-        return False
+        return READERS[name]()
+    except KeyError:
+        raise JobError(f"unknown reader {name!r}: use one of {', '.join(reader_names())}") from None
 
 
-#: The Connect probe's answer per server session (a kept session serves many batches; the probe is
-#: a failed analysis, ~0.5-1 s with the server's stack trace).
-_CONNECT_PROBES: dict[str, bool] = {}
+def choose_reader(spark: Any, spec: JobSpec) -> Reader:
+    """The reader that reads ``spec``'s batch: the one it names, or for ``auto`` the first that can;
+    raises :class:`JobError` with the reader's problem when the named one cannot."""
+    if spec.reader != AUTO:
+        reader = reader_for(spec.reader)
+        problem = reader.problem(spark, spec)
+        if problem is not None:
+            raise JobError(problem)
+        return reader
+    problems = []
+    for kind in READERS.values():
+        reader = kind()
+        problem = reader.problem(spark, spec)
+        if problem is None:
+            return reader
+        problems.append(problem)
+    raise JobError("no reader can read this batch: " + "; ".join(problems))
 
 
-def _connect_has_kafka_source(spark: Any) -> bool:
-    session = getattr(spark, "session_id", None)
-    if session is not None and session in _CONNECT_PROBES:
-        return _CONNECT_PROBES[session]
-    found = _probe_kafka_source(spark)
-    if session is not None:
-        _CONNECT_PROBES[session] = found
-    return found
-
-
-def _probe_kafka_source(spark: Any) -> bool:
-    try:
-        spark.read.format("kafka").load().schema  # noqa: B018 - the analysis is the probe
-    except Exception as e:
-        # found, the source refuses the missing options ("... must be specified for Kafka source")
-        return "for Kafka source" in str(e)
-    return True
-
-
-def choose_reader(spark: Any, reader: str, *, secrets_file: str | None = None) -> str:
-    """``"python"`` or ``"native"`` for the spec's ``auto | python | native``.
-
-    ``secrets_file``: the batch's Kafka credentials travel in this file of the Spark Connect session
-    (:mod:`.session_secrets`), which Spark's connector cannot read: ``auto`` reads with the Python
-    reader, ``native`` is refused with what to do."""
-    if reader == "python":
-        return "python"
-    if secrets_file is not None:
-        if reader == "native":
-            raise JobError(
-                "reader='native' cannot read this batch on the connect engine: the Kafka connection gives its "
-                "credentials (sasl.password, ssl.key.password) as values, the connect engine puts no credential "
-                "into a Spark Connect plan (the server shows plans in its UI and event log), and Spark's Kafka "
-                "connector takes credentials only from its options or from the Spark hosts. Either keep the "
-                "secret on the Spark hosts and the Airflow workers and name it in the connection "
-                '(e.g. "sasl.password": "${dir:/var/run/secrets/kafka:password}" or "${env:KAFKA_PASSWORD}"), '
-                "or set reader to 'auto' or 'python' (the Python reader receives them apart from the plans)"
-            )
-        return "python"
-    available = native_reader_available(spark)
-    if reader == "native" and not available:
-        raise JobError(
-            f"reader='native' needs Spark's Kafka connector, but {NATIVE_PROVIDER_CLASS} is not on "
-            "the classpath. Add the spark-sql-kafka-0-10 jar matching your Spark and Scala versions "
-            "(--jars or spark.jars.packages), or use reader='auto' / 'python'"
-        )
-    return "native" if available else "python"
-
-
-def native_options(spec: JobSpec) -> dict[str, str]:
-    """Options for Spark's ``format("kafka")`` batch read of the plan's non-empty ranges."""
-    assign: dict[str, list[int]] = {}
-    starting: dict[str, dict[str, int]] = {}
-    ending: dict[str, dict[str, int]] = {}
-    for r in spec.plan.ranges:
-        if r.count <= 0:
-            continue
-        assign.setdefault(r.topic, []).append(r.partition)
-        starting.setdefault(r.topic, {})[str(r.partition)] = r.from_offset
-        ending.setdefault(r.topic, {})[str(r.partition)] = r.until_offset
-    try:
-        kafka = to_spark_kafka_options(
-            plan_properties(spec.kafka, spec.secrets_file), source="the Kafka connection"
-        )
-    except KafkaConfigError as e:
-        raise JobError(f"reader='native': {e}") from e
-    opts = {**NATIVE_FETCH_DEFAULTS, **kafka}
-    opts.update(
-        assign=json.dumps(assign),
-        startingOffsets=json.dumps(starting),
-        endingOffsets=json.dumps(ending),
-        includeHeaders="true",
-        failOnDataLoss="true",
-        # a read that gets nothing for this long fails (the Python reader's stall timeout)
-        **{"kafkaConsumer.pollTimeoutMs": str(int(spec.stall_timeout_s * 1000))},
-    )
-    return opts
-
-
-#: Spark's session setting naming the sources read through their DataSource V1 relation.
-V1_SOURCES_CONF = "spark.sql.sources.useV1SourceList"
-
-
-def read_kafka_through_v2(spark: Any) -> None:
-    """Take ``kafka`` out of the session's ``spark.sql.sources.useV1SourceList`` (in it by default),
-    so that ``format("kafka")`` batch reads go through the connector's DataSource V2 scan.
-
-    Both read the same offsets with the same consumer and options; the V1 relation hands its rows to
-    Spark as external ``Row`` objects, converted from and back to Spark's internal rows one by one.
-    Profiled here (JFR, a million records into Parquet): the V2 scan takes about a fifth less of the
-    executors' CPU. The batch's session is the job's own (a spark-submit driver, or this client's
-    session on a Connect server); the other sources in the list keep their setting."""
-    current = spark.conf.get(V1_SOURCES_CONF)
-    sources = [s for s in current.split(",") if s.strip()]
-    kept = [s for s in sources if s.strip().lower() != "kafka"]
-    if kept != sources:
-        spark.conf.set(V1_SOURCES_CONF, ",".join(kept))
-
-
-def reader_settings(spec: JobSpec) -> dict[str, Any]:
-    """The Python reader's settings for ``spec`` (keyword arguments of
-    :func:`.kafka_range_source.range_source_options` and :func:`.arrow_writer.write_ranges`)."""
-    from airflow_kafka_backpressure.spark.kafka_range_source import (  # defers pyspark
-        DEFAULT_CLIENT,
-        DEFAULT_MAX_RECORDS_PER_BATCH,
-        DEFAULT_MAX_RECORDS_PER_PARTITION,
-    )
-
-    o = spec.options
-    return {
-        "client": str(o.get("client", DEFAULT_CLIENT)),
-        "min_partitions": spec.min_partitions,
-        "max_records_per_partition": int(
-            o.get("max_records_per_partition", DEFAULT_MAX_RECORDS_PER_PARTITION)
-        ),
-        "poll_timeout_ms": spec.poll_timeout_ms,
-        "stall_timeout_s": spec.stall_timeout_s,
-        "max_records_per_batch": int(o.get("max_records_per_batch", DEFAULT_MAX_RECORDS_PER_BATCH)),
-    }
-
-
-def read_ranges(spark: Any, spec: JobSpec, reader: str, *, read_records_dir: str | None = None) -> Any:
-    """The batch's records as a DataFrame with the Kafka source schema (lazy). With
-    ``read_records_dir`` the Python reader leaves a completion record per input partition there."""
-    from airflow_kafka_backpressure.spark.kafka_range_source import (  # defers pyspark
-        KAFKA_SCHEMA,
-        KafkaRangeDataSource,
-        range_source_options,
-    )
+def read_ranges(spark: Any, spec: JobSpec, reader: Reader, *, read_records_dir: str | None = None) -> Any:
+    """The batch's records as a DataFrame with the Kafka source schema (lazy): nothing to read gives
+    an empty one, without asking the reader."""
+    from airflow_kafka_backpressure.spark.kafka_range_source import KAFKA_SCHEMA  # defers pyspark
 
     if not any(r.count > 0 for r in spec.plan.ranges):
         return spark.createDataFrame([], KAFKA_SCHEMA)
-    if reader == "native":
-        read_kafka_through_v2(spark)
-        return spark.read.format("kafka").options(**native_options(spec)).load()
-    registry.register(spark, KafkaRangeDataSource)
-    opts = range_source_options(
-        spec.plan.ranges,
-        plan_properties(spec.kafka, spec.secrets_file),
-        read_records_dir=read_records_dir,
-        secrets_file=spec.secrets_file,
-        **reader_settings(spec),
-    )
-    return spark.read.format(KafkaRangeDataSource.name()).options(**opts).load()
+    return reader.read(spark, spec, read_records_dir=read_records_dir)
+
+
+__all__ = [
+    "AUTO",
+    "NATIVE_FETCH_DEFAULTS",
+    "NATIVE_PROVIDER_CLASS",
+    "READERS",
+    "Reader",
+    "choose_reader",
+    "feeds_arrow_writer",
+    "native_options",
+    "native_reader_available",
+    "read_kafka_through_v2",
+    "read_ranges",
+    "reader_for",
+    "reader_names",
+    "reader_settings",
+    "register",
+]

@@ -98,7 +98,7 @@ def run_table_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
                 f"{spec.adopt.refusal} (no committed version of the batch to adopt: {'; '.join(problems)})"
             )
     check_bounds(spec)
-    reader = choose_reader(spark, spec.reader, secrets_file=spec.secrets_file)
+    reader = choose_reader(spark, spec)
     read_started_at_ms = _now_ms()
     where = f"batch {plan.batch_id} of pipeline {plan.pipeline!r} into {spec.sink_format} table {plan.sink!r}"
     reads = any(r.count > 0 for r in plan.ranges)
@@ -124,7 +124,7 @@ def run_table_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
                     {"topic": r["topic"], "partition": int(r["partition"]), "records": int(r["count"])}
                     for r in per_partition
                 ],
-                "reader": reader,
+                "reader": reader.name,
                 "transform": spec.transform,
                 "records_read": read,
                 "executors": _executors(spark) if read else 0,
@@ -152,7 +152,7 @@ def run_table_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     except Exception as e:
         raise JobError(
             f"{where} failed while reading {', '.join(str(r) for r in plan.ranges if r.count > 0) or 'nothing'} "
-            f"(reader={reader}) or committing: {type(e).__name__}: {_spark_failure(e)}"
+            f"(reader={reader.name}) or committing: {type(e).__name__}: {_spark_failure(e)}"
         ) from e
     return _metrics(spec, commit, read_started_at_ms, adopted=False)
 

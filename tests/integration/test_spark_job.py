@@ -423,18 +423,24 @@ def test_bad_transform_is_a_clear_error(spark, kafka_broker, topic4, sink, tmp_p
 # --------------------------------------------------------------------------- the reader
 
 
-def test_reader_auto_picks_the_native_reader_with_the_connector(spark):
+def test_reader_auto_picks_the_native_reader_with_the_connector(spark, tmp_path):
     # the session's SPARK_CONF_DIR puts Spark's Kafka connector on the classpath (tests/conftest.py)
-    assert choose_reader(spark, "auto") == "native"
-    assert choose_reader(spark, "native") == "native"
-    assert choose_reader(spark, "python") == "python"
+    spec = make_spec(tmp_path, "h:1", 1, {("t", 0): (0, 1)}, sink=tmp_path / "sink")
+
+    def chosen(reader: str, **changes) -> str:
+        return choose_reader(spark, JobSpec.from_dict({**spec.to_dict(), "reader": reader, **changes})).name
+
+    assert chosen("auto") == "native" and chosen("native") == "native" and chosen("python") == "python"
+    # credentials in a Spark Connect session's file: Spark's connector cannot read them
+    assert chosen("auto", secrets_file="kbp-kafka-credentials.json") == "python"
 
 
 def test_the_native_reader_scans_through_the_connectors_v2_source(spark, kafka_broker, topic_name, tmp_path):
     """Spark reads format("kafka") through its V1 relation by default (rows converted to external
     Row objects and back); the batch's read goes through the connector's V2 scan, the same records,
     and the session's other V1 sources keep their setting."""
-    from airflow_kafka_backpressure.spark.readers import V1_SOURCES_CONF, read_ranges
+    from airflow_kafka_backpressure.spark.native_reader import V1_SOURCES_CONF
+    from airflow_kafka_backpressure.spark.readers import read_ranges, reader_for
 
     bootstrap = kafka_broker.bootstrap
     ensure_topic(bootstrap, topic_name, 1)
@@ -443,7 +449,7 @@ def test_the_native_reader_scans_through_the_connectors_v2_source(spark, kafka_b
     spark.conf.set(V1_SOURCES_CONF, "avro,csv,KAFKA,parquet")
     try:
         spec = make_spec(tmp_path, bootstrap, 1, {(topic_name, 0): (0, 3)}, sink=tmp_path / "sink")
-        df = read_ranges(spark, spec, "native")
+        df = read_ranges(spark, spec, reader_for("native"))
         assert spark.conf.get(V1_SOURCES_CONF) == "avro,csv,parquet"
         plan = df._jdf.queryExecution().executedPlan().toString()
         assert "BatchScan" in plan and "KafkaRelation" not in plan, plan

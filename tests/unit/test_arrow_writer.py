@@ -41,18 +41,19 @@ def test_each_piece_has_its_own_file_name_per_attempt():
 def test_auto_picks_the_arrow_writer_only_for_the_python_readers_raw_records_in_a_codec_it_writes():
     from airflow_kafka_backpressure.models import DEFAULT_WRITER, chosen_writer, writer_problem
     from airflow_kafka_backpressure.spark.job import arrow_codec
+    from airflow_kafka_backpressure.spark.readers import READERS, feeds_arrow_writer
 
-    assert DEFAULT_WRITER == "auto" and writer_problem("auto", "m:f", "native") is None
-    assert chosen_writer("auto", None, "python") == "arrow"
-    assert chosen_writer("auto", "m:f", "python") == "spark"  # a transform needs Spark's rows
-    assert chosen_writer("auto", None, "native") == "spark"  # Spark's Kafka source reads in the JVM
-    assert chosen_writer("auto", None, "python", arrow_codec("lzo")) == "spark"
+    python, native = READERS["python"].feeds_arrow_writer, READERS["native"].feeds_arrow_writer
+    assert python and not native and feeds_arrow_writer("auto") and not feeds_arrow_writer("native")
+    assert DEFAULT_WRITER == "auto" and writer_problem("auto", "m:f", "native", native) is None
+    assert "reader 'auto' or 'python'" in (writer_problem("arrow", None, "native", native) or "")
+    assert chosen_writer("auto", None, python) == "arrow"
+    assert chosen_writer("auto", "m:f", python) == "spark"  # a transform needs Spark's rows
+    assert chosen_writer("auto", None, native) == "spark"  # Spark's Kafka source reads in the JVM
+    assert chosen_writer("auto", None, python, arrow_codec("lzo")) == "spark"
     assert arrow_codec(None) and arrow_codec("zstd") and not arrow_codec("lzo")
     # an explicit choice stands
-    assert (
-        chosen_writer("spark", None, "python") == "spark"
-        and chosen_writer("arrow", None, "python") == "arrow"
-    )
+    assert chosen_writer("spark", None, python) == "spark" and chosen_writer("arrow", None, python) == "arrow"
 
 
 def test_a_task_writes_every_piece_of_its_group_and_reports_each():
