@@ -2,7 +2,7 @@
 
 Without a connection id the ledger is a SQLite file under ``AIRFLOW_HOME``. With one: a
 ``kbp_ledger`` connection (this provider's form), or any other (``generic``, ``postgres`` …) with its
-extra ``{"sqlalchemy_url": "…"}`` or its fields — see :mod:`.ledger_connection`. The extra ``{"timeout_s": 30}`` bounds every
+extra ``{"sqlalchemy_url": "…"}`` or its fields — see :mod:`..ledger.connection`. The extra ``{"timeout_s": 30}`` bounds every
 ledger call (connect, locks, statements; see :mod:`airflow_kafka_backpressure.ledger.engine`).
 Engines are cached per URL and bound in the process.
 
@@ -29,8 +29,8 @@ from airflow.sdk import BaseHook
 
 from ..get_provider_info import ui_field_behaviour
 from ..ledger import Ledger, default_ledger_url
+from ..ledger.connection import LEDGER_CONN_TYPE, TIMEOUT_EXTRA, check_ledger_url, ledger_url
 from ..ledger.engine import DEFAULT_TIMEOUT_S
-from .ledger_connection import LEDGER_CONN_TYPE, TIMEOUT_EXTRA, check_ledger_url, ledger_url
 
 #: Executors whose tasks may run on other hosts than the scheduler (matched on the class name, so
 #: module paths and ``alias:module.Class`` entries count too).

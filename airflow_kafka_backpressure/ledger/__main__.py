@@ -80,9 +80,11 @@ def resolve_url(url: str | None, conn_id: str | None) -> str:
     if url:
         return url
     if conn_id:
-        from ..hooks.ledger import LedgerHook  # Airflow only when a connection must be resolved
+        from airflow.sdk import BaseHook  # Airflow only when a connection must be resolved
 
-        return LedgerHook(conn_id).url()
+        from .connection import ledger_url
+
+        return ledger_url(BaseHook.get_connection(conn_id))
     return default_ledger_url()
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from airflow.sdk import Connection
 
-from airflow_kafka_backpressure.hooks.ledger_connection import (
+from airflow_kafka_backpressure.ledger.connection import (
     LedgerConnectionError,
     check_ledger_url,
     ledger_url,
