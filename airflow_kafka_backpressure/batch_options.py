@@ -37,8 +37,10 @@ DEFAULT_CLIENT = CLIENT_AUTO
 # task, the prefetch librdkafka throws away past a piece's end (<= 20,000 messages) stays <= 10%,
 # and a hot partition of a million offsets is still read by five tasks at once.
 DEFAULT_MAX_RECORDS_PER_PARTITION = 200_000
-#: Rows per Arrow record batch a Python reader task hands to Spark.
-DEFAULT_MAX_RECORDS_PER_BATCH = 10_000
+#: Rows per Arrow record batch a Python reader task hands to Spark (the reader option
+#: ``max_records_per_batch``; not the settings key of that name, :data:`..config.DEFAULT_MAX_RECORDS_PER_BATCH`,
+#: which caps the records of a whole batch).
+DEFAULT_ARROW_BATCH_ROWS = 10_000
 #: The Parquet codecs Spark's writer takes (``spark.sql.parquet.compression.codec``); writer
 #: ``arrow`` takes those pyarrow writes and refuses the others when the batch runs.
 PARQUET_CODECS = ("none", "uncompressed", "snappy", "gzip", "lzo", "brotli", "lz4", "lz4_raw", "zstd")
@@ -127,7 +129,7 @@ class ReaderOptions(_Options):
         check=_int_at_least(0),
     )
     max_records_per_batch: int = _option(
-        DEFAULT_MAX_RECORDS_PER_BATCH,
+        DEFAULT_ARROW_BATCH_ROWS,
         doc="rows per Arrow record batch a Python reader task hands to Spark",
         allowed=">= 1",
         check=_int_at_least(1),

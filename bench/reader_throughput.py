@@ -307,13 +307,13 @@ def main() -> None:
     args = ap.parse_args()
 
     from airflow_kafka_backpressure.spark.range_clients import confluent_available
-    from airflow_kafka_backpressure.spark.range_reader import DEFAULT_MAX_RECORDS_PER_BATCH
+    from airflow_kafka_backpressure.spark.range_reader import DEFAULT_ARROW_BATCH_ROWS
 
     if not confluent_available():
         raise SystemExit(
             "the baseline needs confluent-kafka: pip install -c constraints.txt -e '.[confluent]'"
         )
-    batch = args.max_records_per_batch or DEFAULT_MAX_RECORDS_PER_BATCH
+    batch = args.max_records_per_batch or DEFAULT_ARROW_BATCH_ROWS
     clients = reader_clients(args)
     tmp_root = REPO / ".tmp"
     tmp_root.mkdir(exist_ok=True)

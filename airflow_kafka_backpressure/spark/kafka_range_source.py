@@ -66,7 +66,7 @@ from airflow_kafka_backpressure.spark.range_clients import (
     check_reader_config,
 )
 from airflow_kafka_backpressure.spark.range_reader import (
-    DEFAULT_MAX_RECORDS_PER_BATCH,
+    DEFAULT_ARROW_BATCH_ROWS,
     DEFAULT_POLL_TIMEOUT_MS,
     DEFAULT_STALL_TIMEOUT_S,
     read_range,
@@ -75,7 +75,7 @@ from airflow_kafka_backpressure.spark.range_split import split_ranges
 from airflow_kafka_backpressure.spark.session_secrets import with_session_secrets
 
 __all__ = [
-    "DEFAULT_MAX_RECORDS_PER_BATCH",
+    "DEFAULT_ARROW_BATCH_ROWS",
     "DEFAULT_MAX_RECORDS_PER_PARTITION",
     "KAFKA_ARROW_SCHEMA",
     "KAFKA_SCHEMA",
@@ -118,7 +118,7 @@ def range_source_options(
     max_records_per_partition: int | None = DEFAULT_MAX_RECORDS_PER_PARTITION,
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
-    max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH,
+    max_records_per_batch: int = DEFAULT_ARROW_BATCH_ROWS,
     read_records_dir: str | None = None,
     secrets_file: str | None = None,
 ) -> dict[str, str]:
@@ -190,9 +190,7 @@ class KafkaRangeReader(DataSourceReader):
         )
         self.poll_timeout_ms = _number(opts, "pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS, int, 1)
         self.stall_timeout_s = _number(opts, "stallTimeoutS", DEFAULT_STALL_TIMEOUT_S, float, 0)
-        self.max_records_per_batch = _number(
-            opts, "maxRecordsPerBatch", DEFAULT_MAX_RECORDS_PER_BATCH, int, 1
-        )
+        self.max_records_per_batch = _number(opts, "maxRecordsPerBatch", DEFAULT_ARROW_BATCH_ROWS, int, 1)
         self.read_records_dir = opts.get("readrecordsdir") or None
         self.secrets_file = opts.get("secretsfile") or None
         # Fail at planning time, on the driver, for a bad client choice or configuration.

@@ -17,8 +17,8 @@ def reader_settings(spec: JobSpec) -> dict[str, Any]:
     """The Python reader's settings for ``spec`` (keyword arguments of
     :func:`.kafka_range_source.range_source_options` and :func:`.arrow_writer.write_ranges`)."""
     from airflow_kafka_backpressure.spark.kafka_range_source import (  # defers pyspark
+        DEFAULT_ARROW_BATCH_ROWS,
         DEFAULT_CLIENT,
-        DEFAULT_MAX_RECORDS_PER_BATCH,
         DEFAULT_MAX_RECORDS_PER_PARTITION,
     )
 
@@ -31,7 +31,7 @@ def reader_settings(spec: JobSpec) -> dict[str, Any]:
         ),
         "poll_timeout_ms": spec.poll_timeout_ms,
         "stall_timeout_s": spec.stall_timeout_s,
-        "max_records_per_batch": int(o.get("max_records_per_batch", DEFAULT_MAX_RECORDS_PER_BATCH)),
+        "max_records_per_batch": int(o.get("max_records_per_batch", DEFAULT_ARROW_BATCH_ROWS)),
     }
 
 

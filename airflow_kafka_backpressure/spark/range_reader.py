@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_kafka_backpressure.batch_options import (
-    DEFAULT_MAX_RECORDS_PER_BATCH as DEFAULT_MAX_RECORDS_PER_BATCH,
+    DEFAULT_ARROW_BATCH_ROWS as DEFAULT_ARROW_BATCH_ROWS,
 )
 from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA, key_value_bytes
@@ -43,7 +43,7 @@ from airflow_kafka_backpressure.spark.range_clients import (
 __all__ = [
     "CLIENTS",
     "DEFAULT_CLIENT",
-    "DEFAULT_MAX_RECORDS_PER_BATCH",
+    "DEFAULT_ARROW_BATCH_ROWS",
     "DEFAULT_POLL_TIMEOUT_MS",
     "DEFAULT_STALL_TIMEOUT_S",
     "KAFKA_ARROW_SCHEMA",
@@ -54,7 +54,7 @@ __all__ = [
 
 DEFAULT_POLL_TIMEOUT_MS = 1000
 DEFAULT_STALL_TIMEOUT_S = 60.0
-# DEFAULT_MAX_RECORDS_PER_BATCH: declared with the pipeline's reader_options
+# DEFAULT_ARROW_BATCH_ROWS: declared with the pipeline's reader_options
 # Records taken from the client and turned into Arrow columns at a time; the columns of several
 # chunks make one batch of up to max_records_per_batch rows. Each column is a pass over the
 # chunk's record objects, which stay in the CPU's cache at this size: reading a 250,000-record
@@ -95,7 +95,7 @@ def read_range(
     client: str = DEFAULT_CLIENT,
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
-    max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH,
+    max_records_per_batch: int = DEFAULT_ARROW_BATCH_ROWS,
     on_complete: OnComplete | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``[from, until)`` as Arrow batches (see the module's doc).
