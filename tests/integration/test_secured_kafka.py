@@ -162,9 +162,8 @@ def test_a_changed_password_reaches_the_next_batch_through_a_new_connect_session
     import json
 
     from airflow_kafka_backpressure.engines.connect import ConnectEngine
-    from airflow_kafka_backpressure.models import JobSpec
-
     from airflow_kafka_backpressure.local.producer import ensure_topic
+    from airflow_kafka_backpressure.models import JobSpec
 
     from .test_spark_job import make_spec
 
