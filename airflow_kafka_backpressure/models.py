@@ -49,6 +49,13 @@ def chosen_writer(
     return "arrow" if transform is None and reader_feeds_arrow and arrow_codec else "spark"
 
 
+#: Defaults of what a pipeline's batch job does, declared here once for the pipeline's fields
+#: (:class:`~.pipeline.PipelineConfig`) and the job spec (:class:`JobSpec`).
+DEFAULT_READER = "auto"
+DEFAULT_SINK_FORMAT = "parquet"
+DEFAULT_STALL_TIMEOUT_S = 120.0
+
+
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
@@ -361,10 +368,10 @@ class JobSpec:
     kafka: dict[str, Any]
     launched_at_ms: int
     token: str = field(default_factory=new_token)
-    reader: str = "auto"  # "auto" or a reader of spark.readers.READERS
+    reader: str = DEFAULT_READER  # "auto" or a reader of spark.readers.READERS
     transform: str | None = None  # "package.module:function", DataFrame -> DataFrame
     poll_timeout_ms: int = 1000
-    stall_timeout_s: float = 60.0
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     min_partitions: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     #: the ledger's attempt number of this attempt (fences the sink commit; None: unfenced)
@@ -372,7 +379,7 @@ class JobSpec:
     adopt: Adoption | None = None
     #: how the batch lands in the sink: "parquet" (the Parquet directory of ``spark.sink``) or a
     #: table format of ``sinks.SINK_FORMATS`` ("delta")
-    sink_format: str = "parquet"
+    sink_format: str = DEFAULT_SINK_FORMAT
     #: the file of the Spark Connect session holding ``kafka``'s secret values, which then go into
     #: no plan (``spark/session_secrets.py``); None: the plans stay on the driver (submit engine)
     secrets_file: str | None = None
@@ -412,14 +419,14 @@ class JobSpec:
             kafka=dict(d["kafka"]),
             launched_at_ms=int(d["launched_at_ms"]),
             token=str(d.get("token") or new_token()),
-            reader=str(d.get("reader", "auto")),
+            reader=str(d.get("reader", DEFAULT_READER)),
             transform=d.get("transform"),
             poll_timeout_ms=int(d.get("poll_timeout_ms", 1000)),
-            stall_timeout_s=float(d.get("stall_timeout_s", 60.0)),
+            stall_timeout_s=float(d.get("stall_timeout_s", DEFAULT_STALL_TIMEOUT_S)),
             min_partitions=None if d.get("min_partitions") is None else int(d["min_partitions"]),
             options=dict(d.get("options", {})),
             attempt=None if d.get("attempt") is None else int(d["attempt"]),
             adopt=None if not d.get("adopt") else Adoption.from_dict(d["adopt"]),
-            sink_format=str(d.get("sink_format") or "parquet"),
+            sink_format=str(d.get("sink_format") or DEFAULT_SINK_FORMAT),
             secrets_file=d.get("secrets_file"),
         )

@@ -19,7 +19,7 @@ from typing import Any
 from .batch_options import ReaderOptions, SinkOptions, split_reader_options
 from .control.allocation import ON_DATA_LOSS, ON_TOPIC_RESET, STARTING_OFFSETS
 from .engines import ENGINES
-from .models import writer_problem
+from .models import DEFAULT_READER, DEFAULT_SINK_FORMAT, DEFAULT_STALL_TIMEOUT_S, writer_problem
 from .sink_placement import sharing_problems
 from .sinks import SINK_FORMAT_NAMES
 from .spark.readers import feeds_arrow_writer, reader_names
@@ -99,12 +99,12 @@ class PipelineConfig:
         allowed=", ".join(ON_TOPIC_RESET),
     )
     sink_format: str = _field(
-        "parquet",
+        DEFAULT_SINK_FORMAT,
         doc="how batches land in the sink: parquet (a directory of batch_id=<N> Parquet directories, swapped in whole; local disk or HDFS) or delta (a Delta Lake table, one transaction per batch; local disk or object stores; the Delta jars and SQL extension must be on the Spark session)",
-        allowed="parquet, delta",
+        allowed=", ".join(SINK_FORMAT_NAMES),
     )
     reader: str = _field(
-        "auto",
+        DEFAULT_READER,
         doc="how the Spark job reads Kafka: native is Spark's format('kafka'), python the package's Data Source, auto the first that can read the batch",
         allowed=", ".join(reader_names()),
     )
@@ -120,7 +120,7 @@ class PipelineConfig:
         factory=dict, doc="more Spark settings for each batch", allowed="an object of strings"
     )
     stall_timeout_s: float = _field(
-        120.0,
+        DEFAULT_STALL_TIMEOUT_S,
         doc="a read that makes no progress this long fails the batch",
         allowed="> 0 and shorter than the batch timeout",
     )

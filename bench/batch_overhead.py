@@ -42,12 +42,21 @@ def one_batch(args: argparse.Namespace) -> None:
     """Child mode: run one batch through the hook in this (fresh) process; print its timings."""
     from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
     from airflow_kafka_backpressure.models import BatchPlan, OffsetRange
+    from airflow_kafka_backpressure.pipeline import PipelineConfig
 
     ranges = tuple(OffsetRange(args.topic, p, 0, args.per_partition) for p in range(args.partitions))
     plan = BatchPlan(
         "bench", args.batch_id, f"bench-{args.batch_id}", ranges, args.sink, 60_000, int(time.time() * 1000)
     )
-    hook = SparkBatchHook(engine=args.engine, reader=args.reader, timeout_s=1800)
+    pipeline = PipelineConfig(
+        name="bench",
+        topics=(args.topic,),
+        sink=args.sink,
+        engine=args.engine,
+        reader=args.reader,
+        batch_timeout_s=1800,
+    )
+    hook = SparkBatchHook(pipeline)
     t0 = time.monotonic()
     metrics = hook.run(plan, 1, {"bootstrap.servers": args.bootstrap})
     wall = time.monotonic() - t0

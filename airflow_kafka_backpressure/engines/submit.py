@@ -361,8 +361,8 @@ def from_hook(hook: Any, executors: int) -> SubmitEngine:
         deploy_mode=deploy_mode,
         work_root=work_root(),
         executors=executors,
-        executor_cores=hook.executor_cores,
-        executor_memory=hook.executor_memory,
-        driver_memory=hook.driver_memory,
+        executor_cores=hook.pipeline.executor_cores,
+        executor_memory=hook.pipeline.executor_memory,
+        driver_memory=hook.pipeline.driver_memory,
         spark_conf=hook.spark_conf,
     )

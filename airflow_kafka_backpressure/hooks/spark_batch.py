@@ -22,87 +22,44 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from ..batch_options import ReaderOptions, SinkOptions
 from ..engines import ENGINES, Engine, engine_for, supervise
 from ..engines.environment import work_root  # noqa: F401 - where the tests and users find it
 from ..models import Adoption, BatchMetrics, BatchPlan, JobSpec, new_token
 from ..pipeline import PipelineConfig
 
 
-def _job_options(options: ReaderOptions | SinkOptions | Mapping[str, Any] | None) -> dict[str, Any]:
-    """The options as the batch job reads them (``JobSpec.options``)."""
-    if isinstance(options, (ReaderOptions, SinkOptions)):
-        return options.job_options()
-    return dict(options or {})
-
-
 class SparkBatchHook(BaseHook):
-    """Runs batches on Spark with one engine (see the module doc).
+    """Runs a pipeline's batches on Spark with its engine (see the module doc).
 
-    :param engine: ``"submit"`` or ``"connect"``.
-    :param spark_conn_id: the ``spark`` connection (submit engine).
-    :param spark_connect_conn_id: the ``spark_connect`` connection (connect engine).
-    :param timeout_s: a batch running longer is stopped and fails with a message saying so.
-    The remaining parameters describe the job (see :class:`~airflow_kafka_backpressure.pipeline.PipelineConfig`).
+    :param pipeline: what the batches are (engine and its connection, batch timeout, executor sizing,
+        Spark settings, reader, transform, stall timeout, reader and sink options, sink format): every
+        field is read from the pipeline, where each is declared once with its default.
     """
 
     hook_name = "Kafka backpressure Spark batch"
 
-    def __init__(
-        self,
-        *,
-        engine: str = "submit",
-        spark_conn_id: str = "spark_default",
-        spark_connect_conn_id: str = "spark_connect_default",
-        timeout_s: float = 600.0,
-        executor_cores: int = 1,
-        executor_memory: str | None = None,
-        driver_memory: str | None = None,
-        spark_conf: Mapping[str, str] | None = None,
-        reader: str = "auto",
-        transform: str | None = None,
-        stall_timeout_s: float = 120.0,
-        reader_options: ReaderOptions | Mapping[str, Any] | None = None,
-        sink_format: str = "parquet",
-        sink_options: SinkOptions | Mapping[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, pipeline: PipelineConfig) -> None:
         super().__init__()
-        if engine not in ENGINES:
-            raise ValueError(f"engine = {engine!r} is invalid: use one of {', '.join(ENGINES)}")
-        self.engine = engine
-        self.spark_conn_id = spark_conn_id
-        self.spark_connect_conn_id = spark_connect_conn_id
-        self.timeout_s = float(timeout_s)
-        self.executor_cores = int(executor_cores)
-        self.executor_memory = executor_memory
-        self.driver_memory = driver_memory
-        self.spark_conf = dict(spark_conf or {})
-        self.reader = reader
-        self.transform = transform
-        self.stall_timeout_s = float(stall_timeout_s)
-        self.reader_options = _job_options(reader_options)
-        self.sink_options = _job_options(sink_options)
-        self.sink_format = sink_format
+        if pipeline.engine not in ENGINES:
+            raise ValueError(f"engine = {pipeline.engine!r} is invalid: use one of {', '.join(ENGINES)}")
+        self.pipeline = pipeline
         self._running: Engine | None = None
 
     @classmethod
     def for_pipeline(cls, p: PipelineConfig) -> SparkBatchHook:
-        return cls(
-            engine=p.engine,
-            spark_conn_id=p.spark_conn_id,
-            spark_connect_conn_id=p.spark_connect_conn_id,
-            timeout_s=p.batch_timeout,
-            executor_cores=p.executor_cores,
-            executor_memory=p.executor_memory,
-            driver_memory=p.driver_memory,
-            spark_conf=p.spark_conf,
-            reader=p.reader,
-            transform=p.transform,
-            stall_timeout_s=p.stall_timeout_s,
-            reader_options=p.reader_options,
-            sink_format=p.sink_format,
-            sink_options=p.sink_options,
-        )
+        return cls(p)
+
+    @property
+    def spark_conn_id(self) -> str:
+        return self.pipeline.spark_conn_id
+
+    @property
+    def spark_connect_conn_id(self) -> str:
+        return self.pipeline.spark_connect_conn_id
+
+    @property
+    def spark_conf(self) -> dict[str, str]:
+        return dict(self.pipeline.spark_conf)
 
     # ----- connections ------------------------------------------------------------------------
     def submit_connection(self) -> tuple[str, str]:
@@ -122,7 +79,7 @@ class SparkBatchHook(BaseHook):
         return SparkConnectHook(conn_id=self.spark_connect_conn_id).get_connection_url()
 
     def _engine(self, executors: int) -> Engine:
-        return engine_for(self.engine, self, executors)
+        return engine_for(self.pipeline.engine, self, executors)
 
     # ----- running ----------------------------------------------------------------------------
     def run(
@@ -148,25 +105,26 @@ class SparkBatchHook(BaseHook):
         raises, the batch is stopped."""
         import time
 
+        p = self.pipeline
         engine = self._engine(executors)
         spec = JobSpec(
             plan=plan,
             kafka=dict(kafka_properties),
             launched_at_ms=int(time.time() * 1000),
             token=token or new_token(),
-            reader=self.reader,
-            transform=self.transform,
-            stall_timeout_s=self.stall_timeout_s,
-            min_partitions=executors * self.executor_cores,
-            options={**self.reader_options, **self.sink_options},
+            reader=p.reader,
+            transform=p.transform,
+            stall_timeout_s=p.stall_timeout_s,
+            min_partitions=executors * p.executor_cores,
+            options={**p.reader_options.job_options(), **p.sink_options.job_options()},
             attempt=attempt,
             adopt=adopt,
-            sink_format=self.sink_format,
+            sink_format=p.sink_format,
         )
         self._running = engine
         try:
             return supervise(
-                engine, spec, timeout_s=self.timeout_s, heartbeat=heartbeat, heartbeat_s=heartbeat_s
+                engine, spec, timeout_s=p.batch_timeout, heartbeat=heartbeat, heartbeat_s=heartbeat_s
             )
         finally:
             self._running = None

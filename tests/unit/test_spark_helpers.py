@@ -118,14 +118,14 @@ def test_native_options_cover_only_non_empty_ranges():
         0,
     )
     kafka = {"bootstrap.servers": "h:9092", "sasl.username": "u"}
-    spec = JobSpec(plan=plan, kafka=kafka, launched_at_ms=0)
+    spec = JobSpec(plan=plan, kafka=kafka, launched_at_ms=0, stall_timeout_s=45)
     opts = native_options(spec)
     assert json.loads(opts["assign"]) == {"a": [0], "b": [1]}
     assert json.loads(opts["startingOffsets"]) == {"a": {"0": 3}, "b": {"1": 0}}
     assert json.loads(opts["endingOffsets"]) == {"a": {"0": 9}, "b": {"1": 5}}
     assert opts["kafka.bootstrap.servers"] == "h:9092" and "kafka.sasl.jaas.config" in opts
     assert opts["includeHeaders"] == "true"
-    assert opts["kafkaConsumer.pollTimeoutMs"] == "60000"  # the spec's stall timeout
+    assert opts["kafkaConsumer.pollTimeoutMs"] == "45000"  # the spec's stall timeout
     assert (
         opts["kafka.max.poll.records"] == "10000"
     )  # the reader's fetch sizes, unless the connection sets them
