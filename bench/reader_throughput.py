@@ -17,7 +17,7 @@ reads the same ranges several ways and prints records/s and the ratio to the fir
   to Spark's ``noop`` sink (read cost only), Python workers and data source planning started cold;
 * ``data source <client> (warm)`` — the same once the session's Python workers run;
 * ``data source confluent -> parquet`` — the same read into Spark's Parquet writer with the sink's
-  settings (``spark.sink.PLAIN_COLUMNS``; one directory, overwritten): the read + write stage alone;
+  settings (``sinks.parquet.write.PLAIN_COLUMNS``; one directory, overwritten): the read + write stage alone;
   the line below it uses Spark's defaults (a dictionary tried on every column);
 * ``spark kafka source -> noop`` — Spark's own reader (``format("kafka")``, the connector's jars
   from the jar cache, its DataSource V2 scan as the job reads) into the ``noop`` sink: its read cost
@@ -408,7 +408,8 @@ def spark_reads(
     spark: Any, args: argparse.Namespace, work: Path, bootstrap: str, ranges: list[OffsetRange], total: int
 ) -> tuple[Line, list[Line]]:
     """The first Data Source query of the session, and the warm Spark lines."""
-    from airflow_kafka_backpressure.spark import registry
+    from airflow_kafka_backpressure.sinks import data_sources as registry
+    from airflow_kafka_backpressure.sinks.parquet.write import plain_column_options
     from airflow_kafka_backpressure.spark.job import native_options, run_batch
     from airflow_kafka_backpressure.spark.kafka_range_source import (
         SOURCE_NAME,
@@ -416,7 +417,6 @@ def spark_reads(
         range_source_options,
     )
     from airflow_kafka_backpressure.spark.readers import read_kafka_through_v2
-    from airflow_kafka_backpressure.spark.sink import plain_column_options
 
     registry.register(spark, KafkaRangeDataSource)
     clients = reader_clients(args)

@@ -11,7 +11,7 @@ gateway on 127.0.0.1, :class:`~airflow_kafka_backpressure.local.s3.S3Server`):
   (each time as a new batch's first attempt, a scheduled run's path; the best and the median are
   printed) as records/s:
 
-  - ``parquet local``: the Parquet-directory sink (``spark.sink.write_batch``: staging directory,
+  - ``parquet local``: the Parquet-directory sink (``sinks.parquet.write.write_batch``: staging directory,
     fence, commit with the row check, swap), Spark's Parquet writer;
   - ``delta local`` and ``delta s3``: the Delta sink (``sinks.DeltaSink.write_batch``: one
     transaction, an append since each run is a first attempt, with the batch's
@@ -59,7 +59,7 @@ from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.pipeline import PipelineConfig
 from airflow_kafka_backpressure.sink_placement import sink_refusal
 from airflow_kafka_backpressure.sinks import DeltaSink
-from airflow_kafka_backpressure.spark import sink as parquet_sink
+from airflow_kafka_backpressure.sinks.parquet import write as parquet_sink
 
 REPO = Path(__file__).resolve().parents[1]
 PIPELINE, TOPIC, PARTITIONS = "bench", "bench-events", 4

@@ -44,7 +44,7 @@ of the batch has committed, raises :class:`~.base.SinkFenced` too.
 
 **A batch id the table has seen with other offsets** (the ledger was reset or restored from an older
 backup, so its batch ids repeat) is refused with :class:`~.base.SinkFormatError` naming the committed
-and the planned ranges, as the Parquet sink's :func:`~..spark.sink.check_replaceable` does: a rewrite
+and the planned ranges, as the Parquet sink's :func:`~.parquet.commit.check_replaceable` does: a rewrite
 (attempt 2 or later) compares them before it writes, so its ``replaceWhere`` never deletes the other
 batch's rows; a first attempt, which Delta skips as already done (the app id's version is at least 1),
 compares them in the read-back, so it is not recorded as done with its records never written. The

@@ -1,6 +1,6 @@
 """``writer: "arrow"``: each Spark task reads its offset range and writes the Parquet file itself.
 
-The default writer (:func:`.sink.write_batch` with a DataFrame) sends every record from the Python
+The default writer (:func:`~airflow_kafka_backpressure.sinks.parquet.write.write_batch` with a DataFrame) sends every record from the Python
 reader into the JVM as Arrow, converts it to Spark rows and has Spark's Parquet writer encode them.
 When the batch is the raw Kafka records (no transform) that round trip does nothing for the
 output: here the Python task that read a range writes it with pyarrow's Parquet writer, in the same
@@ -19,7 +19,7 @@ retried or speculative task rewrites the same file, and the sink's commit (the s
 writer's: fence, manifest, swap) keeps exactly the finished files. Files have the
 reader's schema (:data:`.kafka_arrow.KAFKA_ARROW_SCHEMA`, the one Spark writes for the raw source)
 and the sink's Parquet settings (compression, dictionary off for
-:data:`.sink.PLAIN_COLUMNS`).
+:data:`~airflow_kafka_backpressure.sinks.parquet.write.PLAIN_COLUMNS`).
 
 Runs on executors (the task) and on the driver (:func:`write_ranges`); pyarrow and the package's
 reader only.
@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_kafka_backpressure.models import OffsetRange
-from airflow_kafka_backpressure.spark.completion import record_read_completion
+from airflow_kafka_backpressure.sinks.completion import record_read_completion
 from airflow_kafka_backpressure.spark.range_split import group_pieces, split_ranges
 from airflow_kafka_backpressure.spark.session_secrets import with_session_secrets
 from airflow_kafka_backpressure.storage import StorageError, location
@@ -69,7 +69,7 @@ def parquet_codec(compression: str | None) -> str:
 
 def dictionary_columns(columns: Sequence[str], plain_columns: Sequence[str] | str | None) -> list[str]:
     """The columns Parquet may dictionary-encode: all but the sink's plain ones."""
-    from airflow_kafka_backpressure.spark.sink import plain_columns_among  # defers pyspark
+    from airflow_kafka_backpressure.sinks.parquet.write import plain_columns_among  # defers pyspark
 
     plain = set(plain_columns_among(columns, plain_columns))
     return [c for c in columns if c not in plain]

@@ -54,9 +54,9 @@ from airflow_kafka_backpressure.models import (
     chosen_writer,
     writer_problem,
 )
+from airflow_kafka_backpressure.sinks.parquet.fencing import adoption_problems
 from airflow_kafka_backpressure.spark.bounds import check_bounds, range_problems
 from airflow_kafka_backpressure.spark.errors import JobError
-from airflow_kafka_backpressure.spark.fencing import adoption_problems
 from airflow_kafka_backpressure.spark.launcher_watch import (
     LauncherWatch,
     remove_attempt_files,
@@ -274,8 +274,9 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     Raises :class:`JobError` with a message naming what failed; the sink then holds the batch's
     previous committed version, if any, and never a partial or duplicated one.
     """
+    from airflow_kafka_backpressure.sinks.parquet.commit import SinkError, read_records_dir
+    from airflow_kafka_backpressure.sinks.parquet.write import write_batch
     from airflow_kafka_backpressure.spark.kafka_range_source import KAFKA_SCHEMA  # defers pyspark
-    from airflow_kafka_backpressure.spark.sink import SinkError, read_records_dir, write_batch
 
     if spec.sink_format != "parquet":  # a table format: its own commit protocol
         from airflow_kafka_backpressure.spark.table_job import run_table_batch
@@ -371,7 +372,7 @@ def adopt_committed(spark: Any, spec: JobSpec) -> tuple[BatchMetrics | None, lis
     """The metrics of the batch's committed version if it is one ``spec.adopt`` accepts (a complete
     output for the planned ranges, or for the ranges this run would write: see :mod:`.fencing`),
     read from its manifest without reading Kafka; else None and why not (the batch is run)."""
-    from airflow_kafka_backpressure.spark.sink import committed_manifest, register  # defers pyspark
+    from airflow_kafka_backpressure.sinks.parquet.write import committed_manifest, register  # defers pyspark
 
     plan, adopt = spec.plan, spec.adopt
     assert adopt is not None

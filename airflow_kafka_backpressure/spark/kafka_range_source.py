@@ -28,7 +28,7 @@ Options (all strings, as Spark passes them; names are case-insensitive):
   added to the ``kafka.*`` ones where a client is made (:mod:`.session_secrets`).
 * ``readRecordsDir`` — optional: a directory URI where each input partition, once read to its end,
   leaves a completion record (its range, records and key+value bytes) for the sink's commit
-  (:func:`.completion.record_read_completion`).
+  (:func:`~airflow_kafka_backpressure.sinks.completion.record_read_completion`).
 
 The output has the columns and types of Spark's Kafka source with ``includeHeaders=true``; every
 column is nullable there, so it is here. ``read()`` yields ``pyarrow.RecordBatch`` es with exactly
@@ -58,7 +58,7 @@ from airflow_kafka_backpressure.batch_options import (  # declared with the pipe
     DEFAULT_MAX_RECORDS_PER_PARTITION as DEFAULT_MAX_RECORDS_PER_PARTITION,
 )
 from airflow_kafka_backpressure.models import OffsetRange
-from airflow_kafka_backpressure.spark.completion import record_read_completion
+from airflow_kafka_backpressure.sinks.completion import record_read_completion
 from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA
 from airflow_kafka_backpressure.spark.range_clients import (
     DEFAULT_CLIENT,

@@ -30,7 +30,7 @@ import pytest
 from airflow_kafka_backpressure.hooks.spark_batch import work_root
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
 from airflow_kafka_backpressure.local.producer import produce
-from airflow_kafka_backpressure.spark.sink import leftovers
+from airflow_kafka_backpressure.sinks.parquet.commit import leftovers
 
 from . import airflow_harness as af
 from .test_pipeline_e2e import airflow_db, make_pipeline, sink_ids  # noqa: F401 - fixtures

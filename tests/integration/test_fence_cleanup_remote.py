@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_backpressure.spark.fencing import clear_fence, fence_markers, raise_fence
+from airflow_kafka_backpressure.sinks.parquet.fencing import clear_fence, fence_markers, raise_fence
 from airflow_kafka_backpressure.storage import Location
 
 from .test_sink_fencing import race_clear_against_raise

@@ -198,13 +198,13 @@ def test_fs_move_of_a_directory_fails_on_s3_and_changes_nothing(s3_server, s3_bu
 
 
 def test_todays_commit_of_a_batch_to_s3_fails_at_the_swap(s3_server, s3_bucket, monkeypatch):
-    """``spark.sink.commit_batch`` on an ``s3://`` sink, with a staging directory as Spark's
+    """``sinks.parquet.commit.commit_batch`` on an ``s3://`` sink, with a staging directory as Spark's
     writer leaves it: the manifest is written, then the swap's directory rename fails — the batch
     is never published and the staging directory stays behind (with the manifest)."""
     from pyspark.sql.types import LongType, StructField, StructType
 
     from airflow_kafka_backpressure.models import OffsetRange
-    from airflow_kafka_backpressure.spark.sink import (
+    from airflow_kafka_backpressure.sinks.parquet.commit import (
         SinkError,
         batch_dir_name,
         commit_batch,

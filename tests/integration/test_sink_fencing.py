@@ -12,8 +12,15 @@ import pyarrow.dataset as pads
 import pytest
 
 from airflow_kafka_backpressure.models import OffsetRange
-from airflow_kafka_backpressure.spark import sink as sink_mod
-from airflow_kafka_backpressure.spark.fencing import clear_fence, fence_markers, raise_fence, read_fence
+from airflow_kafka_backpressure.sinks.parquet import commit as parquet_commit
+from airflow_kafka_backpressure.sinks.parquet import manifest as parquet_manifest
+from airflow_kafka_backpressure.sinks.parquet import write as parquet_write
+from airflow_kafka_backpressure.sinks.parquet.fencing import (
+    clear_fence,
+    fence_markers,
+    raise_fence,
+    read_fence,
+)
 from airflow_kafka_backpressure.storage import location
 
 RANGES = (OffsetRange("t", 0, 0, 4),)
@@ -31,7 +38,7 @@ def ids(sink: Path) -> list[int]:
 
 
 def write(spark, sink: Path, rows, attempt: int, token: str, df=None):
-    return sink_mod.write_batch(
+    return parquet_write.write_batch(
         spark,
         df if df is not None else _rows(spark, rows),
         str(sink),
@@ -53,8 +60,8 @@ def test_an_older_attempt_cannot_commit_over_a_newer_one(spark, tmp_path):
     with pytest.raises(Exception, match="attempt 1 .* is older than the batch's newest attempt"):
         write(spark, sink, range(100, 104), attempt=1, token="a" * 32)
     assert ids(sink) == [0, 1, 2, 3]
-    assert sink_mod.read_manifest(str(sink), 1)["token"] == "b" * 32
-    assert sink_mod.leftovers(str(sink), 1) == []
+    assert parquet_manifest.read_manifest(str(sink), 1)["token"] == "b" * 32
+    assert parquet_commit.leftovers(str(sink), 1) == []
     # a newer attempt replaces it
     m = write(spark, sink, range(4), attempt=3, token="c" * 32)
     assert (m["attempt"], ids(sink)) == (3, [0, 1, 2, 3])
@@ -77,8 +84,8 @@ def test_a_newer_attempt_that_starts_while_an_older_one_writes_wins_at_commit(sp
     df = _rows(spark, range(200, 204)).withColumn("id", newer_attempt_starts("id"))
     with pytest.raises(Exception, match="attempt 3 .* attempt 4 started writing it"):
         write(spark, sink, None, attempt=3, token="c" * 32, df=df)
-    assert ids(sink) == [0, 1, 2, 3] and sink_mod.read_manifest(root, 1)["token"] == "a" * 32
-    assert sink_mod.leftovers(root, 1) == []
+    assert ids(sink) == [0, 1, 2, 3] and parquet_manifest.read_manifest(root, 1)["token"] == "a" * 32
+    assert parquet_commit.leftovers(root, 1) == []
 
 
 class RenameWatch:
@@ -161,7 +168,7 @@ def test_a_replaced_batch_is_swapped_in_one_step_never_missing_or_doubled(spark,
     ]
     assert seen["polls"] > 100
     assert seen["missing"] == 0 and seen["visible_copies"] == {1}
-    assert ids(sink) == [0, 1, 2, 3] and sink_mod.leftovers(str(sink), 1) == []
+    assert ids(sink) == [0, 1, 2, 3] and parquet_commit.leftovers(str(sink), 1) == []
 
 
 def test_racing_attempts_never_lower_the_fence(tmp_path):
@@ -203,15 +210,17 @@ def test_a_commit_deletes_only_its_own_and_older_attempts_staging(tmp_path):
     tokens = {1: "a" * 32, 2: "b" * 32, 3: "c" * 32}
     for attempt, token in tokens.items():
         assert raise_fence(root, 1, attempt, token) is None or attempt < 3
-        (sink / sink_mod.staging_dir_name(1, token)).mkdir(parents=True)
-    (sink / sink_mod.staging_dir_name(1, tokens[3]) / "part-0.parquet").write_bytes(b"in progress")
-    (sink / sink_mod.staging_dir_name(1, "e" * 32)).mkdir()  # a write without an attempt number
-    (sink / f"{sink_mod.REPLACED_PREFIX}1_{tokens[2]}").mkdir()
-    (sink / sink_mod.staging_dir_name(2, tokens[1])).mkdir()  # another batch's: not this commit's business
-    sink_mod._delete_leftovers(root, 1, 2)
-    assert sink_mod.leftovers(str(sink), 1) == [sink_mod.staging_dir_name(1, tokens[3])]
-    assert (sink / sink_mod.staging_dir_name(1, tokens[3]) / "part-0.parquet").exists()
-    assert sink_mod.leftovers(str(sink), 2) == [sink_mod.staging_dir_name(2, tokens[1])]
+        (sink / parquet_commit.staging_dir_name(1, token)).mkdir(parents=True)
+    (sink / parquet_commit.staging_dir_name(1, tokens[3]) / "part-0.parquet").write_bytes(b"in progress")
+    (sink / parquet_commit.staging_dir_name(1, "e" * 32)).mkdir()  # a write without an attempt number
+    (sink / f"{parquet_commit.REPLACED_PREFIX}1_{tokens[2]}").mkdir()
+    (
+        sink / parquet_commit.staging_dir_name(2, tokens[1])
+    ).mkdir()  # another batch's: not this commit's business
+    parquet_commit._delete_leftovers(root, 1, 2)
+    assert parquet_commit.leftovers(str(sink), 1) == [parquet_commit.staging_dir_name(1, tokens[3])]
+    assert (sink / parquet_commit.staging_dir_name(1, tokens[3]) / "part-0.parquet").exists()
+    assert parquet_commit.leftovers(str(sink), 2) == [parquet_commit.staging_dir_name(2, tokens[1])]
 
 
 def test_a_commit_of_fewer_rows_than_were_written_publishes_nothing(spark, tmp_path):
@@ -231,7 +240,7 @@ def test_a_commit_of_fewer_rows_than_were_written_publishes_nothing(spark, tmp_p
         Exception,
         match=r"(?s)batch 1: the writer wrote 6 rows but the committing side sees [0-5] .*nothing was published.*local sink path",
     ):
-        sink_mod.write_batch(
+        parquet_write.write_batch(
             spark,
             _rows(spark, []),
             str(sink),
@@ -242,8 +251,8 @@ def test_a_commit_of_fewer_rows_than_were_written_publishes_nothing(spark, tmp_p
             attempt=1,
             write_data=write_then_lose_a_file,
         )
-    assert not (sink / sink_mod.batch_dir_name(1)).exists()
-    assert sink_mod.leftovers(str(sink), 1) == []
+    assert not (sink / parquet_commit.batch_dir_name(1)).exists()
+    assert parquet_commit.leftovers(str(sink), 1) == []
     # Spark's own writer: the rows it wrote are counted as they pass, and the commit agrees
     m = write(spark, sink, range(5), attempt=2, token="e" * 32)
     assert m["rows"] == 5 and ids(sink) == [0, 1, 2, 3, 4]
@@ -256,7 +265,7 @@ def test_a_commit_clears_its_own_and_older_fence_markers_and_keeps_a_newer_attem
     sink = tmp_path / "sink"
     root = location(str(sink))
     for batch_id in (1, 2, 3):
-        sink_mod.write_batch(
+        parquet_write.write_batch(
             spark,
             _rows(spark, range(batch_id * 10, batch_id * 10 + 2)),
             str(sink),

@@ -23,7 +23,9 @@ from airflow_kafka_backpressure.engines.submit import job_script_path, package_z
 from airflow_kafka_backpressure.local.broker import free_port
 from airflow_kafka_backpressure.local.producer import ensure_topic, produce
 from airflow_kafka_backpressure.models import BatchMetrics, BatchPlan, JobSpec, OffsetRange, batch_path
-from airflow_kafka_backpressure.spark import sink as sink_mod
+from airflow_kafka_backpressure.sinks.parquet import commit as parquet_commit
+from airflow_kafka_backpressure.sinks.parquet import manifest as parquet_manifest
+from airflow_kafka_backpressure.sinks.parquet import write as parquet_write
 from airflow_kafka_backpressure.spark.job import (
     METRICS_PREFIX,
     JobError,
@@ -155,7 +157,7 @@ def test_three_batches_and_a_rerun_hold_every_record_exactly_once(
         assert_metrics_match(run_batch(spark, specs[2]), specs[2])
     finally:
         spark.sparkContext.setJobGroup(None, None)
-    manifest = sink_mod.read_manifest(str(sink), 2)
+    manifest = parquet_manifest.read_manifest(str(sink), 2)
     assert manifest.get("writer", "spark") == writer
     if writer == "arrow":  # one file per piece: 20 + 20 + 25 + 28 offsets in pieces of at most 7
         assert len(manifest["files"]) == 3 + 3 + 4 + 4
@@ -203,7 +205,7 @@ def test_three_batches_and_a_rerun_hold_every_record_exactly_once(
     assert spark.read.parquet(str(sink)).count() == produced
 
     # The manifest describes the committed re-run; nothing temporary is left.
-    manifest = sink_mod.read_manifest(str(sink), 1)
+    manifest = parquet_manifest.read_manifest(str(sink), 1)
     assert manifest["records"] == sum(expected_counts(rerun).values())
     assert manifest["ranges"] == [r.to_dict() for r in rerun.plan.ranges]
     assert {(p["topic"], p["partition"]): p["records"] for p in manifest["partitions"]} == expected_counts(
@@ -211,7 +213,7 @@ def test_three_batches_and_a_rerun_hold_every_record_exactly_once(
     )
     assert manifest["files"] and all(f["bytes"] > 0 for f in manifest["files"])
     assert manifest["executors"] == 1 and manifest["unread"] == [] and manifest["token"] == rerun.token
-    assert sink_mod.leftovers(str(sink), 1) == []
+    assert parquet_commit.leftovers(str(sink), 1) == []
     assert sorted(p.name for p in sink.iterdir() if p.name != "_kbp") == [
         "batch_id=0",
         "batch_id=1",
@@ -281,7 +283,7 @@ def test_all_empty_batch_commits_an_empty_directory_readers_accept(
     assert_metrics_match(m, empty, executors=0)
     assert m.records == 0 and m.bytes == 0
 
-    manifest = json.loads((sink / "batch_id=1" / sink_mod.MANIFEST_NAME).read_text())
+    manifest = json.loads((sink / "batch_id=1" / parquet_manifest.MANIFEST_NAME).read_text())
     assert manifest["records"] == 0 and manifest["batch_id"] == 1
     table = sink_table(sink)
     assert sorted(ids_of(table)) == list(range(8))
@@ -295,7 +297,7 @@ def test_all_empty_batch_commits_an_empty_directory_readers_accept(
 
     no_ranges = make_spec(tmp_path, bootstrap, 2, {}, sink=sink, options=opts)
     assert run_batch(spark, no_ranges).records == 0
-    assert (sink / "batch_id=2" / sink_mod.MANIFEST_NAME).exists()
+    assert (sink / "batch_id=2" / parquet_manifest.MANIFEST_NAME).exists()
     assert sink_table(sink).num_rows == 8
 
 
@@ -398,7 +400,7 @@ def test_transform_ignoring_its_input_still_gets_counts(spark, kafka_broker, top
     assert_metrics_match(run_batch(spark, spec), spec)
     assert sink_table(sink).num_rows == 3
     # the write read nothing: the manifest says so, and the job counted with a second read
-    assert len(sink_mod.read_manifest(str(sink), 0)["unread"]) == PARTITIONS
+    assert len(parquet_manifest.read_manifest(str(sink), 0)["unread"]) == PARTITIONS
 
 
 @pytest.mark.parametrize(
@@ -529,7 +531,7 @@ def test_stalled_read_fails_the_job_with_the_range_named(
             in str(err.value)
         )
     assert not Path(batch_path(str(sink), 0)).exists()
-    assert sink_mod.leftovers(str(sink), 0) == []  # the failed write removed its staging dir
+    assert parquet_commit.leftovers(str(sink), 0) == []  # the failed write removed its staging dir
 
 
 # --------------------------------------------------------------------------- the sink
@@ -541,18 +543,18 @@ def _rows(spark, ids):
 
 def test_sink_ignores_and_cleans_crash_leftovers(spark, sink):
     root = str(sink)
-    sink_mod.write_batch(spark, _rows(spark, range(5)), root, 1, describe={"pipeline": "p"})
-    sink_mod.write_batch(spark, _rows(spark, range(5, 8)), root, 7, describe={"pipeline": "p"})
+    parquet_write.write_batch(spark, _rows(spark, range(5)), root, 1, describe={"pipeline": "p"})
+    parquet_write.write_batch(spark, _rows(spark, range(5, 8)), root, 7, describe={"pipeline": "p"})
     # What crashes leave behind: a finished staging dir, a replaced version (both full copies).
     for name in ("_kbp_staging_1_dead", "_kbp_replaced_1_dead", "_kbp_staging_7_dead"):
         shutil.copytree(sink / "batch_id=1", sink / name)
     assert sorted(sink_table(sink).column("id").to_pylist()) == list(range(8))
     assert spark.read.parquet(root).count() == 8
 
-    manifest = sink_mod.write_batch(spark, _rows(spark, range(5)), root, 1, describe={"pipeline": "p"})
+    manifest = parquet_write.write_batch(spark, _rows(spark, range(5)), root, 1, describe={"pipeline": "p"})
     assert manifest["batch_id"] == 1 and manifest["rows"] == 5
-    assert sink_mod.leftovers(root, 1) == []
-    assert sink_mod.leftovers(root, 7) == ["_kbp_staging_7_dead"]  # other batches' are theirs
+    assert parquet_commit.leftovers(root, 1) == []
+    assert parquet_commit.leftovers(root, 7) == ["_kbp_staging_7_dead"]  # other batches' are theirs
     assert spark.read.parquet(root).count() == 8
 
 
@@ -578,7 +580,7 @@ def test_sink_writes_kafka_key_value_and_offset_without_dictionary_encoding(spar
         [(f"k{i % 3}".encode(), f"v{i % 2}".encode(), "t", i % 5, "x") for i in range(200)],
         "key binary, value binary, topic string, offset long, other string",
     )
-    sink_mod.write_batch(spark, df, str(sink), 1, describe={"pipeline": "p"})
+    parquet_write.write_batch(spark, df, str(sink), 1, describe={"pipeline": "p"})
     assert _dictionary_encoded(sink / "batch_id=1") == {
         "key": False,
         "value": False,
@@ -586,7 +588,9 @@ def test_sink_writes_kafka_key_value_and_offset_without_dictionary_encoding(spar
         "offset": False,
         "other": True,
     }
-    sink_mod.write_batch(spark, df, str(sink), 2, describe={"pipeline": "p"}, plain_columns="other, value")
+    parquet_write.write_batch(
+        spark, df, str(sink), 2, describe={"pipeline": "p"}, plain_columns="other, value"
+    )
     assert _dictionary_encoded(sink / "batch_id=2") == {
         "key": True,
         "value": False,
@@ -594,30 +598,30 @@ def test_sink_writes_kafka_key_value_and_offset_without_dictionary_encoding(spar
         "offset": True,
         "other": False,
     }
-    sink_mod.write_batch(spark, df, str(sink), 3, describe={"pipeline": "p"}, plain_columns=())
+    parquet_write.write_batch(spark, df, str(sink), 3, describe={"pipeline": "p"}, plain_columns=())
     assert all(_dictionary_encoded(sink / "batch_id=3").values())
     assert sorted(sink_table(sink).column("offset").to_pylist()) == sorted(3 * [i % 5 for i in range(200)])
 
 
 def test_sink_converges_after_a_crash_between_the_two_renames(spark, sink):
     root = str(sink)
-    sink_mod.write_batch(spark, _rows(spark, range(4)), root, 3, describe={"pipeline": "p"})
+    parquet_write.write_batch(spark, _rows(spark, range(4)), root, 3, describe={"pipeline": "p"})
     # Crash after "batch_id=3 -> _kbp_replaced_3_x" and before "staging -> batch_id=3".
     shutil.copytree(sink / "batch_id=3", sink / "_kbp_staging_3_x")
     (sink / "batch_id=3").rename(sink / "_kbp_replaced_3_x")
-    sink_mod.write_batch(spark, _rows(spark, range(4)), root, 3, describe={"pipeline": "p"})
+    parquet_write.write_batch(spark, _rows(spark, range(4)), root, 3, describe={"pipeline": "p"})
     assert sorted(r["id"] for r in spark.read.parquet(root).collect()) == [0, 1, 2, 3]
-    assert sink_mod.leftovers(root, 3) == []
-    assert sink_mod.read_manifest(root, 3)["batch_id"] == 3
-    assert sink_mod.read_manifest(root, 4) is None
+    assert parquet_commit.leftovers(root, 3) == []
+    assert parquet_manifest.read_manifest(root, 3)["batch_id"] == 3
+    assert parquet_manifest.read_manifest(root, 4) is None
 
 
 def test_sink_refuses_to_overwrite_another_pipelines_batch(spark, sink):
     root = str(sink)
     mine = (OffsetRange("t", 0, 0, 4),)
-    sink_mod.write_batch(spark, _rows(spark, range(4)), root, 1, mine, {"pipeline": "orders"})
+    parquet_write.write_batch(spark, _rows(spark, range(4)), root, 1, mine, {"pipeline": "orders"})
     # the same pipeline and ranges: replaced (a retry, a rerun, a replay)
-    sink_mod.write_batch(spark, _rows(spark, range(4)), root, 1, mine, {"pipeline": "orders"})
+    parquet_write.write_batch(spark, _rows(spark, range(4)), root, 1, mine, {"pipeline": "orders"})
     # another pipeline sharing the sink, or a reset ledger that reuses batch ids: refused, each
     # with its own cause named
     for ranges, pipeline, cause in (
@@ -625,8 +629,8 @@ def test_sink_refuses_to_overwrite_another_pipelines_batch(spark, sink):
         ((OffsetRange("t", 0, 4, 9),), "orders", "the ledger was reset"),
     ):
         with pytest.raises(Exception, match=cause):
-            sink_mod.write_batch(
+            parquet_write.write_batch(
                 spark, _rows(spark, range(100, 105)), root, 1, ranges, {"pipeline": pipeline}
             )
     assert sorted(sink_table(sink).column("id").to_pylist()) == [0, 1, 2, 3]
-    assert sink_mod.leftovers(root, 1) == []  # the refused attempt cleaned its staging directory
+    assert parquet_commit.leftovers(root, 1) == []  # the refused attempt cleaned its staging directory

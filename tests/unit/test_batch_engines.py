@@ -19,8 +19,8 @@ from airflow_kafka_backpressure.engines.submit import (
     write_properties_file,
 )
 from airflow_kafka_backpressure.models import BatchMetrics, BatchPlan, JobSpec, OffsetRange, TopicPartition
-from airflow_kafka_backpressure.spark.completion import tally_reads
-from airflow_kafka_backpressure.spark.sink import check_replaceable
+from airflow_kafka_backpressure.sinks.completion import tally_reads
+from airflow_kafka_backpressure.sinks.parquet.commit import check_replaceable
 from airflow_kafka_backpressure.storage import StorageError, location
 
 

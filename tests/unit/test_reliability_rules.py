@@ -72,7 +72,7 @@ def test_unknown_partitions_and_bad_modes():
 
 
 def test_an_older_attempt_may_not_commit_over_a_newer_one():
-    from airflow_kafka_backpressure.spark.fencing import fence_problem
+    from airflow_kafka_backpressure.sinks.parquet.fencing import fence_problem
 
     assert fence_problem(3, 2, "a" * 32, None, None) is None
     assert fence_problem(3, 2, "a" * 32, 2, {"attempt": 2}) is None
@@ -86,7 +86,7 @@ def test_an_older_attempt_may_not_commit_over_a_newer_one():
 def test_adoption_needs_a_complete_version_of_the_same_ranges_whichever_attempt_wrote_it():
     """Issue 21, item 3: a version committed by an attempt that is not the batch's last owner (a
     later replay claimed it and died before its own adoption check) is still adopted."""
-    from airflow_kafka_backpressure.spark.fencing import adoption_problems
+    from airflow_kafka_backpressure.sinks.parquet.fencing import adoption_problems
 
     ranges = [r(0, 0, 10), r(1, 0, 10)]
     trimmed = [r(0, 4, 10), r(1, 0, 10)]  # what a replay writes after retention took offsets 0-3
@@ -109,7 +109,7 @@ def test_adoption_needs_a_complete_version_of_the_same_ranges_whichever_attempt_
 
 
 def test_fence_file_and_file_checks_on_a_local_sink(tmp_path):
-    from airflow_kafka_backpressure.spark.fencing import file_problems, raise_fence, read_fence
+    from airflow_kafka_backpressure.sinks.parquet.fencing import file_problems, raise_fence, read_fence
     from airflow_kafka_backpressure.storage import location
 
     root = location(str(tmp_path / "sink"))

@@ -1,4 +1,4 @@
-"""Reading a committed batch's manifest back (the sink's ``_manifest.json``, see :mod:`.sink`).
+"""Reading a committed batch's manifest back (the sink's ``_manifest.json``, see :mod:`.commit`).
 
 ``spark.read.format("kbp_batch_manifest")`` reads it in a Spark task — where the sink is visible,
 which a Spark Connect client may not be. With ``verify=true`` the task also checks every file the
@@ -15,7 +15,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StringType, StructField, StructType
 
 from airflow_kafka_backpressure.models import batch_path
-from airflow_kafka_backpressure.spark.fencing import file_problems
+from airflow_kafka_backpressure.sinks.parquet.fencing import file_problems
 from airflow_kafka_backpressure.storage import Location, location
 
 MANIFEST_SOURCE_NAME = "kbp_batch_manifest"
@@ -23,7 +23,8 @@ MANIFEST_NAME = "_manifest.json"
 MANIFEST_SCHEMA = StructType([StructField("manifest", StringType())])
 
 
-def _manifest_at(batch_dir: Location) -> dict[str, Any] | None:
+def manifest_at(batch_dir: Location) -> dict[str, Any] | None:
+    """The manifest in the batch directory ``batch_dir``, or None when it holds none."""
     p = batch_dir.child(MANIFEST_NAME)
     if not p.exists():
         return None
@@ -34,7 +35,7 @@ def read_manifest(sink: str, batch_id: int, *, verify: bool = False) -> dict[str
     """The committed manifest of batch ``batch_id``, or None when the batch is not in the sink.
     ``verify``: add ``file_problems`` (listed files missing or of another size; empty: complete)."""
     batch_dir = location(sink).child(batch_path("", batch_id).lstrip("/"))
-    manifest = _manifest_at(batch_dir)
+    manifest = manifest_at(batch_dir)
     if manifest is not None and verify:
         manifest["file_problems"] = file_problems(batch_dir, manifest)
     return manifest

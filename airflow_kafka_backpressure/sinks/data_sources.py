@@ -5,6 +5,10 @@ data source") and costs the next query a fresh start of its Python side — meas
 0.5 s of a 100,000-record batch on ``local[2]``. A classic session lives as long as the driver (one
 batch under the submit engine, many in a test or a benchmark); a Connect client session object is
 one batch's, so its sources are registered once per batch.
+
+The sinks' sources (the Parquet directory's writer and manifest reader) and the readers' (the
+Python reader's Kafka source) register here: it sits with the sinks, which the batch job and its
+readers build on.
 """
 
 from __future__ import annotations

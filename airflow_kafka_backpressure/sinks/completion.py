@@ -2,7 +2,7 @@
 
 Each input partition of the Kafka range reader that was read to its end leaves one small JSON
 record (its offset range, records, key+value bytes and the executor that read it) in the attempt's
-staging directory (``<staging>/_read/``, :func:`.sink.read_records_dir`). The sink's commit, on the
+staging directory (``<staging>/_read/``, :func:`.parquet.commit.read_records_dir`). The sink's commit, on the
 driver side, tallies them against the planned ranges: a range is counted only when its input
 partitions tile it exactly (a retried or speculative task writes the same record again, under the
 same name). :func:`record_read_completion` runs on executors; :func:`completed_reads` and the pure

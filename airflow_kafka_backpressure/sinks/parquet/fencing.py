@@ -17,7 +17,7 @@ them, and the fence directory once empty (:func:`clear_fence`): the sink root do
 directory per batch. A newer attempt's marker stays: it still fences the attempts between. The check and the swap are separate steps: two commits racing within
 milliseconds are ordered by the swap itself (both versions hold the same planned ranges). The fence
 file starts with ``_``: dataset readers skip it. Writes without an attempt number (direct
-:func:`~.sink.write_batch` calls) are not fenced.
+:func:`~.write.write_batch` calls) are not fenced.
 
 **Adoption.** A worker that died between the sink swap and marking the batch in the ledger leaves
 a complete committed version. :func:`adoption_problems` says whether a committed manifest is one —

@@ -1,0 +1,3 @@
+"""The Parquet directory: one directory of Parquet files per batch, written into a staging directory
+and swapped in whole (:mod:`.write`, :mod:`.commit`), fenced by the ledger's attempt number
+(:mod:`.fencing`), its manifest read back where Spark runs (:mod:`.manifest`)."""
