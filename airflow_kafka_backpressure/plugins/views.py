@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import HTTPException
 
 from ..config import parse_settings
-from ..control.modes import SPARK
+from ..control.modes import REGISTRY as MODES
 from ..control.scaling import SCALING_DOWN_RATIO, SCALING_UP_RATIO
 from ..kafka.lag import measure_lag
 from ..pipeline import PIPELINES_FILE_ENV, PipelineConfig, load_pipelines
@@ -204,14 +204,9 @@ def read_state(user: Any, pipeline: str) -> dict[str, Any]:
         "variables": variables,
         "thresholds": {"scaling_up_ratio": up, "scaling_down_ratio": down, "source": source},
         "current": {
-            # the spark mode's part of the state (the state's top level before the modes kept theirs
-            # under their names: a pipeline not recorded since the upgrade)
-            "rate_limit": _get(controller, SPARK, "rate_limit")
-            if isinstance(controller, dict) and SPARK in controller
-            else _get(controller, "rate_limit"),
-            # the mode that plans, the cost mode's correction terms and a run waiting for data
+            # the mode that plans and its cards (each mode says what it shows), a run waiting for data
             "mode": controller.get("mode") if isinstance(controller, dict) else None,
-            "correction": _get(controller, "cost", "correction", "terms"),
+            "cards": mode_cards(controller),
             "waiting": controller.get("waiting") if isinstance(controller, dict) else None,
             "last_plan": controller.get("last_plan") if isinstance(controller, dict) else None,
             "executors": target.get("executors") if isinstance(target, dict) else None,
@@ -220,13 +215,15 @@ def read_state(user: Any, pipeline: str) -> dict[str, Any]:
     }
 
 
-def _get(d: Any, *keys: str) -> Any:
-    """``d[k1][k2]...``, or None where a level is missing or not an object."""
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
+def mode_cards(controller: Any) -> list[dict[str, str]]:
+    """The active mode's cards from the stored controller state (its part under its name, or where a
+    state written before the modes kept their parts under their names held it)."""
+    if not isinstance(controller, dict) or controller.get("mode") not in MODES:
+        return []
+    name = controller["mode"]
+    kind = MODES[name]
+    part = controller[name] if name in controller else kind.legacy_state(controller)
+    return kind.page_cards(part, controller.get("last_plan"))
 
 
 def overview(user: Any, ledger: Ledger, pipeline: str, limit: int, stale_after_s: float) -> dict[str, Any]:

@@ -326,12 +326,23 @@ def test_state_shows_variables_only_to_users_who_may_read_them(airflow_app: dict
     assert body["variables"]["executor_target"]["value"] == TARGET
     assert body["thresholds"] == {"scaling_up_ratio": 0.8, "scaling_down_ratio": 0.25, "source": "settings"}
     assert body["current"] == {
-        "rate_limit": 321,
         "executors": 3,
         "last_decision": TARGET["last_decision"],
-        # issue 23: the mode that plans, the cost mode's correction terms, a run waiting for data
+        # issue 23: the mode that plans and its cards (the cost mode's budget and correction terms), a
+        # run waiting for data
         "mode": "cost",
-        "correction": CONTROLLER["cost"]["correction"]["terms"],
+        "cards": [
+            {
+                "title": "Batch budget (cost mode)",
+                "value": "2,306 /s",
+                "detail": "regime drain, 23,060 records, batch #2: drain: backlog",
+            },
+            {
+                "title": "Correction (PID)",
+                "value": "7.0% of the interval",
+                "detail": "error 5.0%: P 5.0 + I 2.0 + D 0.0 (points of the interval added to the drain cap)",
+            },
+        ],
         "waiting": CONTROLLER["waiting"],
         "last_plan": CONTROLLER["last_plan"],  # the figure that planned and its regime (issue 23 item 4)
     }
@@ -344,11 +355,10 @@ def test_state_shows_variables_only_to_users_who_may_read_them(airflow_app: dict
     assert all(not v["readable"] and v["value"] is None for v in vbody["variables"].values())
     assert vbody["thresholds"]["source"] == "default"
     assert vbody["current"] == {
-        "rate_limit": None,
         "executors": None,
         "last_decision": None,
         "mode": None,
-        "correction": None,
+        "cards": [],
         "waiting": None,
         "last_plan": None,
     }
@@ -372,14 +382,10 @@ def test_page_renders_with_the_ui_cookie_and_escapes_ledger_text(airflow_app: di
         assert f'<svg id="{plot}"' in page
     for table in ("kbp-batches", "kbp-replayable", "kbp-vars", "kbp-lag"):
         assert f'id="{table}"' in page
-    # the cards of the mode that plans (issue 23): the cost mode's budget and correction, waiting runs
-    for card in (
-        "Batch budget (cost mode)",
-        "Correction (PID)",
-        "Rate limit now (spark mode)",
-        "Waiting for data",
-    ):
-        assert card in page
+    # the cards of the mode that plans (issue 23), as the mode gives them (control/modes), and the page's own
+    cards = [c["title"] for c in _boot(page)["overview"]["current"]["cards"]]
+    assert cards == ["Batch budget (cost mode)", "Correction (PID)"]
+    assert "cur.cards" in page and "Waiting for data" in page
     # No external resource: everything inline.
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
     csp = resp.headers["content-security-policy"]

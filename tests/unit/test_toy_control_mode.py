@@ -93,3 +93,29 @@ def test_an_unregistered_mode_is_refused_by_the_settings():
 
     with pytest.raises(SettingsError, match="'mode'"):
         parse_settings({"mode": "steady"})
+
+
+def test_each_mode_gives_the_pages_cards_from_its_part_of_the_stored_state():
+    """The monitoring page asks the active mode for its cards (plugins/views.mode_cards): no mode is
+    named there; a state of the last release's layout (the PID's part at the top) shows too."""
+    from airflow_kafka_backpressure.plugins.views import mode_cards
+
+    spark_new = {"mode": "spark", "spark": {"rate_limit": 1234}, "cost": {}}
+    spark_old = {"mode": "spark", "rate_limit": -1, "estimator": {}, "cost": {}}
+    assert mode_cards(spark_new) == [
+        {
+            "title": "Rate limit now (spark mode)",
+            "value": "1,234 /s",
+            "detail": "controller_state.spark.rate_limit",
+        }
+    ]
+    assert mode_cards(spark_old)[0]["value"] == "none"  # -1: no estimate yet
+    no_plan = mode_cards({"mode": "cost", "cost": {}, "last_plan": {"mode": "spark", "rate": 5.0}})
+    assert no_plan == [
+        {
+            "title": "Batch budget (cost mode)",
+            "value": "\u2013",
+            "detail": "no batch planned in this mode yet",
+        }
+    ]
+    assert mode_cards({"mode": "fast"}) == [] and mode_cards(None) == []

@@ -152,3 +152,18 @@ class ControlMode(ABC):
     def event(self, observed: Any) -> str | None:
         """What :meth:`observe` saw worth telling the user (a level shift, say), or None."""
         return None
+
+    # ----- what the monitoring page shows -----------------------------------------------------
+    @classmethod
+    def page_cards(cls, state: Any, last_plan: Any) -> list[dict[str, str]]:
+        """The monitoring page's cards while this mode plans (``title``, ``value``, ``detail``), from
+        its part of the stored state (a JSON object, or None) and the last plan
+        (:meth:`PlanDecision.to_dict` with the batch id, or None)."""
+        return []
+
+
+def fmt(value: Any, digits: int = 0) -> str:
+    """A number as the page writes it (thousands separated); a dash for no number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "\u2013"
+    return f"{value:,.{digits}f}"

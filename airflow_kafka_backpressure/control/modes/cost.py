@@ -22,7 +22,7 @@ from ..cost_mode import (
     records_for_fixed_share,
 )
 from ..scaling import ScalingDecision, ScalingPolicy, cost_executor_target
-from .base import ControllerStateError, ControlMode, FinishedBatch, PlanDecision
+from .base import ControllerStateError, ControlMode, FinishedBatch, PlanDecision, fmt
 
 
 class CostMode(ControlMode):
@@ -128,6 +128,49 @@ class CostMode(ControlMode):
 
     def event(self, observed: Any) -> str | None:
         return observed if isinstance(observed, str) else None
+
+    @classmethod
+    def page_cards(cls, state: Any, last_plan: Any) -> list[dict[str, str]]:
+        """What planned (the budget as a rate, its regime) and the correction's terms: the cost mode
+        plans with its budget, not with the PID's rate limit."""
+        cards = []
+        if isinstance(last_plan, dict) and last_plan.get("mode") == cls.name:
+            rate = last_plan.get("rate")
+            records = last_plan.get("budget_records")
+            cards.append(
+                {
+                    "title": "Batch budget (cost mode)",
+                    "value": f"{fmt(rate)} /s"
+                    if isinstance(rate, (int, float)) and rate > 0
+                    else "initial limits",
+                    "detail": f"regime {last_plan.get('regime')}"
+                    + (f", {fmt(records)} records" if isinstance(records, (int, float)) else "")
+                    + f", batch #{last_plan.get('batch_id')}: {last_plan.get('reason') or ''}",
+                }
+            )
+        else:
+            cards.append(
+                {
+                    "title": "Batch budget (cost mode)",
+                    "value": "\u2013",
+                    "detail": "no batch planned in this mode yet",
+                }
+            )
+        terms = (state.get("correction") or {}).get("terms") if isinstance(state, dict) else None
+        if isinstance(terms, dict) and all(
+            isinstance(terms.get(k), (int, float))
+            for k in ("output", "error", "proportional", "integral", "derivative")
+        ):
+            cards.append(
+                {
+                    "title": "Correction (PID)",
+                    "value": f"{fmt(100 * terms['output'], 1)}% of the interval",
+                    "detail": f"error {fmt(100 * terms['error'], 1)}%: P {fmt(100 * terms['proportional'], 1)} + "
+                    f"I {fmt(100 * terms['integral'], 1)} + D {fmt(100 * terms['derivative'], 1)} "
+                    "(points of the interval added to the drain cap)",
+                }
+            )
+        return cards
 
     def summary(self) -> str:
         fit = self.model.fit()

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from ..cost_mode import CostParams, PlanInputs
 from ..pid import RateController
 from ..scaling import ScalingDecision, ScalingPolicy, executor_target
-from .base import ControllerStateError, ControlMode, FinishedBatch, PlanDecision
+from .base import ControllerStateError, ControlMode, FinishedBatch, PlanDecision, fmt
 
 
 class SparkMode(ControlMode):
@@ -90,3 +90,15 @@ class SparkMode(ControlMode):
 
     def summary(self) -> str:
         return f"PID rate limit {self.rate.latest_rate} records/s"
+
+    @classmethod
+    def page_cards(cls, state: Any, last_plan: Any) -> list[dict[str, str]]:
+        rl = state.get("rate_limit") if isinstance(state, dict) else None
+        value = fmt(rl) if not isinstance(rl, (int, float)) or rl >= 0 else "none"
+        return [
+            {
+                "title": "Rate limit now (spark mode)",
+                "value": value if value in ("none", "\u2013") else f"{value} /s",
+                "detail": "controller_state.spark.rate_limit",
+            }
+        ]
