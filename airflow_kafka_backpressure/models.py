@@ -377,8 +377,7 @@ class JobSpec:
     #: the ledger's attempt number of this attempt (fences the sink commit; None: unfenced)
     attempt: int | None = None
     adopt: Adoption | None = None
-    #: how the batch lands in the sink: "parquet" (the Parquet directory of ``spark.sink``) or a
-    #: table format of ``sinks.SINK_FORMATS`` ("delta")
+    #: how the batch lands in the sink: a format of ``sinks.SINK_FORMATS``
     sink_format: str = DEFAULT_SINK_FORMAT
     #: the file of the Spark Connect session holding ``kafka``'s secret values, which then go into
     #: no plan (``spark/session_secrets.py``); None: the plans stay on the driver (submit engine)

@@ -21,7 +21,7 @@ from .control.allocation import ON_DATA_LOSS, ON_TOPIC_RESET, STARTING_OFFSETS
 from .engines import ENGINES
 from .models import DEFAULT_READER, DEFAULT_SINK_FORMAT, DEFAULT_STALL_TIMEOUT_S, writer_problem
 from .sink_placement import sharing_problems
-from .sinks import SINK_FORMAT_NAMES
+from .sinks import SINK_FORMATS, sink_format_names
 from .spark.readers import feeds_arrow_writer, reader_names
 from .storage import is_absolute_location
 
@@ -100,8 +100,8 @@ class PipelineConfig:
     )
     sink_format: str = _field(
         DEFAULT_SINK_FORMAT,
-        doc="how batches land in the sink: parquet (a directory of batch_id=<N> Parquet directories, swapped in whole; local disk or HDFS) or delta (a Delta Lake table, one transaction per batch; local disk or object stores; the Delta jars and SQL extension must be on the Spark session)",
-        allowed=", ".join(SINK_FORMAT_NAMES),
+        doc="how batches land in the sink: " + " or ".join(f.reference() for f in SINK_FORMATS.values()),
+        allowed=", ".join(sink_format_names()),
     )
     reader: str = _field(
         DEFAULT_READER,
@@ -232,19 +232,13 @@ class PipelineConfig:
             raise bad("reader", self.reader, f"one of {', '.join(reader_names())}")
         if self.transform is not None and ":" not in self.transform:
             raise bad("transform", self.transform, "use 'package.module:function'")
-        if self.sink_format not in SINK_FORMAT_NAMES:
-            raise bad("sink_format", self.sink_format, f"one of {', '.join(SINK_FORMAT_NAMES)}")
+        if self.sink_format not in sink_format_names():
+            raise bad("sink_format", self.sink_format, f"one of {', '.join(sink_format_names())}")
         writer = self.sink_options.writer
         problem = writer_problem(writer, self.transform, self.reader, feeds_arrow_writer(self.reader))
+        problem = problem or SINK_FORMATS[self.sink_format]().writer_problem(writer)
         if problem:
             raise bad("sink_options.writer", writer, problem)
-        if self.sink_format != "parquet" and writer == "arrow":
-            raise bad(
-                "sink_options.writer",
-                writer,
-                f"writer 'arrow' writes Parquet files itself; sink_format {self.sink_format!r} commits through "
-                "Spark's writer: use writer 'auto' or 'spark'",
-            )
         if self.executor_cores < 1:
             raise bad("executor_cores", self.executor_cores, "must be >= 1")
         if self.ledger_keep_batches is not None and self.ledger_keep_batches < 1:

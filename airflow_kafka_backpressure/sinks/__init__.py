@@ -1,27 +1,48 @@
 """Sink formats: how a batch's rows become visible in the sink, once.
 
 One small interface (:class:`~.base.SinkFormat`) and one registry (:data:`SINK_FORMATS`,
-:func:`sink_format_for`). A format writes a batch's DataFrame as one commit that retries, replays and
-cleared runs cannot duplicate or skip, says whether a batch is committed, reads back what a
-batch committed (its batch id, attempt, ranges and record count) for adoption and the ledger, and
-says whether its commits into a sink must be serialized across Spark drivers
-(:func:`~.commit_lock.commit_lock_name`: the ledger's lock of the table).
+:func:`register`, :func:`sink_format_for`). A pipeline picks a format with ``sink_format``:
+``parquet`` (the default, :mod:`.parquet`: a directory of Parquet directories, swapped in whole) or
+``delta`` (:mod:`.delta`: a Delta Lake table, one transaction per batch; like every
+:class:`~.table.TableFormat`, it implements a DataFrame's commit and the read-back of a commit, and
+gets the batch job's write and a replay's adoption from :mod:`.table`).
 
-A pipeline picks one with ``sink_format``: ``parquet`` (the default) is the Parquet directory of
-``spark/sink.py`` (its own staging, manifest, fence and swap: not behind this interface yet), and
-every name of :data:`SINK_FORMATS` (``delta``) runs through ``spark/table_job.py``.
+The pipelines file's validation and the reference's rows, the batch job (``spark/job.py``: adopt, or
+read → transform → the format's commit), the plan task's sink checks, the ledger's commit lock
+(:func:`~.commit_lock.commit_lock_name`), the Asset events and a downstream task's read of one batch
+all read this registry and ask the format; nothing else names a format. Adding one is a module with
+a :class:`~.base.SinkFormat` and a line here (or :func:`register`).
 """
 
 from __future__ import annotations
 
-from .base import BatchCommit, SinkFenced, SinkFormat, SinkFormatError, UnknownSinkFormat
+from .base import (
+    BatchSource,
+    BatchWrite,
+    CommittedBatch,
+    SinkFenced,
+    SinkFormat,
+    SinkFormatError,
+    UnknownSinkFormat,
+)
 from .commit_lock import commit_lock_name, normalized_sink_uri
 from .delta import DeltaSink
+from .parquet import ParquetSink
+from .table import BatchCommit, TableFormat
 
-#: Every sink format by name; validation, dispatch and the docs read this one mapping.
-SINK_FORMATS: dict[str, type[SinkFormat]] = {DeltaSink.name: DeltaSink}
-#: The ``sink_format`` a pipeline may name: the Parquet directory, then every table format.
-SINK_FORMAT_NAMES: tuple[str, ...] = ("parquet", *SINK_FORMATS)
+#: Every sink format by name, the default first; validation, dispatch and the docs read this mapping.
+SINK_FORMATS: dict[str, type[SinkFormat]] = {ParquetSink.name: ParquetSink, DeltaSink.name: DeltaSink}
+
+
+def sink_format_names() -> tuple[str, ...]:
+    """What a pipeline's ``sink_format`` may be: every registered format."""
+    return tuple(SINK_FORMATS)
+
+
+def register(fmt: type[SinkFormat]) -> type[SinkFormat]:
+    """Add ``fmt`` to :data:`SINK_FORMATS` under its ``name``."""
+    SINK_FORMATS[fmt.name] = fmt
+    return fmt
 
 
 def sink_format_for(name: str) -> SinkFormat:
@@ -36,14 +57,20 @@ def sink_format_for(name: str) -> SinkFormat:
 
 __all__ = [
     "SINK_FORMATS",
-    "SINK_FORMAT_NAMES",
     "BatchCommit",
+    "BatchSource",
+    "BatchWrite",
+    "CommittedBatch",
     "DeltaSink",
+    "ParquetSink",
     "SinkFenced",
     "SinkFormat",
     "SinkFormatError",
+    "TableFormat",
     "UnknownSinkFormat",
     "commit_lock_name",
     "normalized_sink_uri",
+    "register",
     "sink_format_for",
+    "sink_format_names",
 ]

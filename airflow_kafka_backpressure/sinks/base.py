@@ -1,13 +1,14 @@
-"""The :class:`SinkFormat` interface and what it returns."""
+"""The :class:`SinkFormat` interface: every question the code asks of a pipeline's ``sink_format``,
+and the write of one batch (:class:`BatchWrite`) that the batch job drives."""
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..models import OffsetRange
+from ..models import JobSpec, OffsetRange, TopicPartition
 
 
 class SinkFormatError(RuntimeError):
@@ -22,92 +23,113 @@ class UnknownSinkFormat(ValueError):
     pass
 
 
-def same_batch_offsets(committed: Sequence[OffsetRange], planned: Sequence[OffsetRange]) -> bool:
-    """Whether a commit of ``committed`` ranges holds the batch planned as ``planned`` (pure): the same
-    ranges, or the same partitions with the same ends where either starts later (a replay that
-    retention or a topic reset trimmed at the start, or the full plan rewritten after such a
-    replay). Other ranges under the same batch id are another batch: the ledger's batch ids started
-    again (a reset, a restore from an older backup, another ledger)."""
-    theirs = {r.tp: r for r in committed}
-    ours = {r.tp: r for r in planned}
-    if len(theirs) != len(committed) or len(ours) != len(planned) or set(theirs) != set(ours):
-        return False
-    return all(theirs[tp].until_offset == r.until_offset for tp, r in ours.items())
+def ranges_read(ranges: Sequence[OffsetRange]) -> str:
+    """The non-empty ``ranges`` of a batch, for messages (``nothing`` if none)."""
+    return ", ".join(str(r) for r in ranges if r.count > 0) or "nothing"
 
 
 @dataclass(frozen=True)
-class BatchCommit:
-    """What one batch committed, as the sink records it: the pipeline, batch id, the ledger's
-    attempt number that wrote it, the offset ranges it holds and its row count (the batch's rows the
-    commit published, counted by the sink: rows of other batches it copied are not counted).
-    ``version``: the sink's own version of the commit (a Delta table version), when it has one;
-    ``bytes``: the data it added, when the sink says; ``expected_records``: the rows the writer said
-    the batch must publish (None if it did not say); ``details``: what the writer stored with the
-    commit (the job's per-partition record counts)."""
+class BatchSource:
+    """How the batch job reads the batch a write commits: the reader's name, whether the reader
+    leaves a completion record per input partition read to its end (in the write's
+    :attr:`BatchWrite.read_records_dir`), and the writer (``spark``: the job hands the rows to
+    :meth:`BatchWrite.commit`; ``arrow``: the reading tasks write the files themselves)."""
 
-    pipeline: str
-    batch_id: int
-    attempt: int
+    reader: str
+    leaves_completion_records: bool
+    writer: str
+
+
+@dataclass(frozen=True)
+class CommittedBatch:
+    """What the job reports of a batch a format committed, or holds from an earlier attempt (an
+    adoption): the ranges as committed (their partitions are the metrics'), the records read per
+    topic-partition of the ranges it counted and their total, the bytes and executors it says,
+    and the ranges it did not count (``unread``: the job counts them with a second read, by the
+    reader called ``read_by``; None: a commit that names no reader)."""
+
     ranges: tuple[OffsetRange, ...]
-    record_count: int
-    version: int | None = None
-    # what the sink reports beside the commit's identity: not compared
-    bytes: int | None = field(default=None, compare=False)
-    expected_records: int | None = field(default=None, compare=False)
-    details: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    partitions: Mapping[TopicPartition, int]
+    records: int
+    bytes: int
+    executors: int
+    unread: tuple[OffsetRange, ...] = ()
+    read_by: str | None = None
 
-    def count_problem(self) -> str | None:
-        """Why the commit does not hold the rows its batch must publish (its row count is not the
-        ``expected_records`` recorded with it), or None: a commit a writer's check refused stays in
-        the sink, and must not be taken over as the batch's output."""
-        if self.expected_records is None or self.record_count == self.expected_records:
-            return None
-        return (
-            f"it holds {self.record_count} rows of the batch but the batch must publish {self.expected_records} "
-            f"(attempt {self.attempt}'s own check refused it)"
-        )
+
+class BatchWrite(abc.ABC):
+    """One attempt's write of one batch into a format, driven by the batch job in this order: the
+    job reads the batch's ranges (a reader that leaves completion records leaves them in
+    :attr:`read_records_dir`), passes what it read through :meth:`counted`, applies the pipeline's
+    transform and hands the rows to :meth:`commit`; :meth:`close` always follows."""
+
+    #: where a reader that leaves completion records leaves them (None: the write counts itself)
+    read_records_dir: str | None = None
+
+    def counted(self, read: Any) -> Any:
+        """The batch's records as read (a DataFrame, before the transform), as the write counts
+        them; the job transforms what this returns. Default: as they are."""
+        return read
+
+    @abc.abstractmethod
+    def commit(self, rows: Any, *, write_files: Callable[[str], int | None] | None = None) -> CommittedBatch:
+        """Commit ``rows`` (the transformed DataFrame) as the batch, once (fenced by the spec's
+        attempt, checked against the rows that must land), and say what was committed.
+        ``write_files``: the arrow writer (only for a format that :attr:`~SinkFormat.takes_arrow_writer`)
+        writes the batch's files into the staging directory it is given and returns the rows it
+        wrote; ``rows`` then gives the schema only."""
+
+    @abc.abstractmethod
+    def failure(self, error: Exception, cause: str) -> str:
+        """The job's message for ``error``, which broke the read or the commit: a
+        :class:`SinkFormatError` in the format's words, any other with ``cause`` (the useful line of
+        a Spark error), naming the batch and where it was going."""
+
+    def close(self) -> None:  # noqa: B027 - a write that keeps nothing has nothing to release
+        """Release what the write kept (persisted data), after the commit or its failure."""
 
 
 class SinkFormat(abc.ABC):
-    """How a batch lands in a sink. ``sink`` is the sink's location (a path or URI Spark's writer
-    takes: a local path, ``s3a://bucket/prefix``, …); ``spark`` a SparkSession that can write it.
+    """How a batch lands in a sink, and what the pipeline asks of it. ``sink`` is the sink's
+    location (a path or URI Spark's writer takes: a local path, ``s3a://bucket/prefix``, …).
 
-    The contract, for every format:
+    Every format commits a batch whole and once: a retry of a committed attempt changes nothing, a
+    newer attempt replaces the batch (never appends beside it), an older attempt after a newer one
+    is refused, a replay of an old batch after newer ones lands. Its commit records the batch's
+    pipeline, id, attempt and ranges, so that a replay can adopt it (:meth:`adopt`).
 
-    * :meth:`write_batch` commits the batch's rows as ONE commit, idempotent by (pipeline, batch
-      id, attempt): a retry of a committed attempt changes nothing; a newer attempt replaces the
-      batch's rows (never appends beside them); an older attempt after a newer one is refused with
-      :class:`SinkFenced`; a replay of an old batch after newer ones lands.
-    * :meth:`committed` reads back what the batch committed (None if nothing);
-    * :meth:`commit_lock_reason` says whether its commits into a sink must be serialized across
-      Spark drivers (the pipeline then holds a lock of the ledger around each batch's job).
+    The attributes and :meth:`commit_lock_reason`, :meth:`event_path` and :meth:`batch_dataset` are
+    asked on the Airflow side (no Spark session: a format's module imports no pyspark at its top);
+    :meth:`begin` and :meth:`adopt` in the batch job, with its Spark session.
     """
 
     name: ClassVar[str]
+    #: what it is, for the configuration reference and messages ("a Delta Lake table, …")
+    summary: ClassVar[str] = ""
+    #: where it works and what it needs, for the configuration reference
+    notes: ClassVar[str] = ""
+    #: its commit renames directories, which object stores cannot do: a sink on one is refused
+    #: before anything is planned (:func:`~..sink_placement.sink_refusal`)
+    needs_directory_renames: ClassVar[bool] = False
+    #: the arrow writer (each Python reader task writes its range's Parquet files) can feed it
+    takes_arrow_writer: ClassVar[bool] = False
 
-    @abc.abstractmethod
-    def write_batch(
-        self,
-        spark: Any,
-        df: Any,
-        sink: str,
-        *,
-        pipeline: str,
-        batch_id: int,
-        attempt: int,
-        ranges: Sequence[OffsetRange],
-        expected_records: int | None = None,
-        details: Mapping[str, Any] | None = None,
-    ) -> BatchCommit:
-        """Commit ``df`` as batch ``batch_id`` of ``pipeline`` by the ledger's attempt ``attempt``
-        (>= 1, growing with every new attempt of the batch). ``expected_records``: the rows the batch
-        must publish (what was read, or what the transform returned); a commit of another count
-        raises :class:`SinkFormatError`. ``details``: JSON-able facts stored with the commit and
-        read back in :attr:`BatchCommit.details`. Returns what the sink now holds for the batch."""
+    @classmethod
+    def reference(cls) -> str:
+        """The format in the configuration reference: its name, what it is, where it works."""
+        text = "; ".join(part for part in (cls.summary, cls.notes) if part)
+        return f"{cls.name} ({text})" if text else cls.name
 
-    @abc.abstractmethod
-    def committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int) -> BatchCommit | None:
-        """What batch ``batch_id`` of ``pipeline`` last committed in ``sink``, or None."""
+    def writer_problem(self, writer: str) -> str | None:
+        """Why the pipeline's ``sink_options.writer`` cannot write into this format (None: it can):
+        the arrow writer writes Parquet files, which only a format that :attr:`takes_arrow_writer`
+        commits."""
+        if writer == "arrow" and not self.takes_arrow_writer:
+            return (
+                f"writer 'arrow' writes Parquet files itself; sink_format {self.name!r} commits through "
+                "Spark's writer: use writer 'auto' or 'spark'"
+            )
+        return None
 
     def commit_lock_reason(self, sink: str, spark_conf: Mapping[str, str]) -> str | None:
         """Why two Spark drivers committing batches into ``sink`` at the same time could lose a
@@ -117,9 +139,25 @@ class SinkFormat(abc.ABC):
         the store's commit protocol. Called on the Airflow worker: no Spark session. Default None."""
         return None
 
-    def is_committed(
-        self, spark: Any, sink: str, *, pipeline: str, batch_id: int, attempt: int | None = None
-    ) -> bool:
-        """Whether the batch is committed (by ``attempt``, if given)."""
-        commit = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
-        return commit is not None and (attempt is None or commit.attempt == attempt)
+    def event_path(self, sink: str, batch_id: int) -> str:
+        """The path a committed batch's Asset event names (``output_path``): where a downstream task
+        finds the batch. Default: the sink itself (a table holding every batch)."""
+        return sink
+
+    def batch_dataset(self, path: str, *, pipeline: str, batch_id: int) -> Any:
+        """The rows of batch ``batch_id`` of ``pipeline``, whose Asset event named ``path``
+        (:meth:`event_path`), as a ``pyarrow.dataset.Dataset``, read without Spark (a downstream
+        task). Default: refused, the format gives no such reader."""
+        raise ValueError(
+            f"batch {batch_id}: sink_format {self.name!r} has no reader here: read {path} with Spark"
+        )
+
+    @abc.abstractmethod
+    def begin(self, spark: Any, spec: JobSpec, source: BatchSource) -> BatchWrite:
+        """The write of ``spec``'s batch (this attempt), read as ``source`` says."""
+
+    @abc.abstractmethod
+    def adopt(self, spark: Any, spec: JobSpec) -> tuple[CommittedBatch | None, list[str]]:
+        """A replay's adoption (``spec.adopt``): what the sink holds for the batch, if it is the
+        batch's complete output for its planned ranges or for ``spec.adopt.ranges`` (whichever
+        attempt wrote it), taken over without reading Kafka; else None and why not."""

@@ -37,8 +37,8 @@ def normalized_sink_uri(sink: str) -> str:
 
 def commit_lock_name(sink_format: str, sink: str, spark_conf: Mapping[str, str]) -> str | None:
     """The name of the ledger lock a batch's job into ``sink`` must hold, or None when the format's
-    commits into it are safe among concurrent drivers (and for the Parquet directory, not a
-    :data:`~.SINK_FORMATS` format: its commit is its own swap)."""
+    commits into it are safe among concurrent drivers (the Parquet directory's: its commit is its
+    own swap) or the format is not registered here."""
     from . import SINK_FORMATS
 
     fmt = SINK_FORMATS.get(sink_format)

@@ -63,12 +63,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from ..models import OffsetRange
-from .base import BatchCommit, SinkFenced, SinkFormat, SinkFormatError, same_batch_offsets
+from .base import SinkFenced, SinkFormatError
+from .table import BatchCommit, TableFormat, same_batch_offsets
 
 log = logging.getLogger(__name__)
 
@@ -188,8 +190,12 @@ def _fenced(where: str, attempt: int, newer: BatchCommit) -> str:
     )
 
 
-class DeltaSink(SinkFormat):
+class DeltaSink(TableFormat):
     name: ClassVar[str] = "delta"
+    summary: ClassVar[str] = "a Delta Lake table, one transaction per batch"
+    notes: ClassVar[str] = (
+        "local disk or object stores; the Delta jars and SQL extension must be on the Spark session"
+    )
     #: How many of the table's newest commits a write's read-back looks at before the whole history:
     #: ``DESCRIBE HISTORY`` reads one log file per commit it returns, so a commit's cost does not
     #: grow with the table's history (bench/sinks.py)
@@ -205,6 +211,30 @@ class DeltaSink(SinkFormat):
             f"Delta commits {sink} with {store.rsplit('.', 1)[-1]}, which keeps a table's commits apart within one "
             "Spark driver only: two drivers (ingest and replay, each batch its own driver on the submit engine) "
             "committing the same table version at once can overwrite each other's _delta_log entry"
+        )
+
+    def batch_dataset(self, path: str, *, pipeline: str, batch_id: int) -> Any:
+        """See :meth:`SinkFormat.batch_dataset`: the table at ``path``, its current version (a newer
+        attempt of the batch replaced its rows in one transaction), filtered to ``kbp_pipeline`` =
+        ``pipeline`` and ``kbp_batch_id`` = ``batch_id``. Read with ``deltalake`` (delta-rs; ``pip
+        install airflow-provider-kafka-backpressure[delta]``); ``s3a://`` is read as ``s3://`` with
+        the ``AWS_*`` environment (an ``http://`` ``AWS_ENDPOINT_URL`` is allowed)."""
+        import pyarrow.dataset as ds
+
+        try:
+            from deltalake import DeltaTable
+        except ImportError:
+            raise ImportError(
+                f"batch {batch_id} is in the Delta table {path}: reading it without Spark needs "
+                "the deltalake package (pip install 'airflow-provider-kafka-backpressure[delta]')"
+            ) from None
+        uri = "s3://" + path.split("://", 1)[1] if path.startswith(("s3a://", "s3n://")) else path
+        options = (
+            {"AWS_ALLOW_HTTP": "true"} if os.environ.get("AWS_ENDPOINT_URL", "").startswith("http://") else {}
+        )
+        table = DeltaTable(uri, storage_options=options or None).to_pyarrow_dataset()
+        return table.filter(
+            (ds.field(PIPELINE_COLUMN) == pipeline) & (ds.field(BATCH_COLUMN) == int(batch_id))
         )
 
     def write_batch(
@@ -331,7 +361,7 @@ class DeltaSink(SinkFormat):
     def committed(
         self, spark: Any, sink: str, *, pipeline: str, batch_id: int, within_last: int | None = None
     ) -> BatchCommit | None:
-        """See :meth:`SinkFormat.committed`; ``within_last``: look at the table's newest
+        """See :meth:`TableFormat.committed`; ``within_last``: look at the table's newest
         ``within_last`` commits only (None if the batch's newest commit is older).
 
         Without ``within_last``, newest first and without reading the whole history: the table's

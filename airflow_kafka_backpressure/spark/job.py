@@ -1,27 +1,28 @@
-"""The bounded batch: read one batch's exact Kafka offset ranges, transform, write the sink.
+"""The bounded batch: read one batch's exact Kafka offset ranges, transform, commit them in the sink.
 
 :func:`run_batch` is the batch logic, given a Spark session: a classic one (the submit engine runs
 this module as the driver program through ``spark-submit``) or a Spark Connect session (the connect
-engine calls it through a client session). Steps:
+engine calls it through a client session). One path for every sink format (``spec.sink_format``,
+one of :data:`~airflow_kafka_backpressure.sinks.SINK_FORMATS`):
 
+0. a replay that may adopt (``spec.adopt``): the format's adoption (:meth:`~..sinks.SinkFormat.adopt`)
+   takes over the batch's committed output without reading Kafka, if it is complete;
 1. check every range against the partition's earliest/latest offsets, before anything is read
    (:mod:`.bounds`): a missing topic or partition, a range past the latest offset or below the
    earliest one, or an unreachable broker is a :class:`JobError` saying what to do;
-2. read the ranges (:mod:`.readers`) — ``reader="python"``: the :mod:`.kafka_range_source` Python
-   Data Source (large ranges split to reach ``spec.min_partitions`` input partitions);
-   ``"native"``: Spark's ``format("kafka")`` with ``assign``/``startingOffsets``/``endingOffsets``;
-   ``"auto"``: native where Spark's Kafka connector is on the driver's classpath, else python;
+2. read the ranges (:mod:`.readers`: the reader the spec names, or for ``auto`` the first that can
+   read the batch), leaving completion records where the format's write asks for them;
 3. apply the optional user transform ``"package.module:function"`` (DataFrame -> DataFrame);
-4. write the idempotent sink (:mod:`.sink`): Spark's Parquet writer into a staging directory, swapped
-   in whole by the sink's driver-side commit, with a manifest counting the records *read* (the reader
-   leaves one completion record per input partition read to its end);
-5. return :class:`~airflow_kafka_backpressure.models.BatchMetrics` built from the committed manifest.
+4. commit it by the format's write (:meth:`~..sinks.SinkFormat.begin`: the Parquet directory's
+   staging directory and swap, a Delta transaction, …) — or, with the ``arrow`` writer (a format
+   that :attr:`~..sinks.SinkFormat.takes_arrow_writer`), the reading tasks write the files;
+5. return :class:`~airflow_kafka_backpressure.models.BatchMetrics` from what the format committed.
 
-Metrics: ``records``/``bytes`` (key + value bytes) and per-partition counts are of the records read:
-the Python reader's completion records, or for the native reader without a transform Spark's own
-counts taken as it writes (``DataFrame.observe``). Ranges read under a transform that may not have
-consumed them are counted with a second read. ``executors`` is the number of distinct executors
-that read the batch's ranges (1 in local mode).
+Metrics: ``records``/``bytes`` and per-partition counts are of the records read, as the format
+counted them (the Python reader's completion records, Spark's own counts as it writes, a persisted
+read counted per partition); ranges the format did not count (read under a transform that may not
+have consumed them) are counted with a second read. ``executors`` is the number of distinct
+executors that read the batch's ranges (1 in local mode).
 
 As a program (``spark-submit job.py --spec <URI>``) it reads the spec from the submit engine's
 hand-off directory (:mod:`airflow_kafka_backpressure.handoff`), deletes it, runs the batch and leaves
@@ -54,7 +55,13 @@ from airflow_kafka_backpressure.models import (
     chosen_writer,
     writer_problem,
 )
-from airflow_kafka_backpressure.sinks.parquet.fencing import adoption_problems
+from airflow_kafka_backpressure.sinks import (
+    BatchSource,
+    CommittedBatch,
+    SinkFormat,
+    UnknownSinkFormat,
+    sink_format_for,
+)
 from airflow_kafka_backpressure.spark.bounds import check_bounds, range_problems
 from airflow_kafka_backpressure.spark.errors import JobError
 from airflow_kafka_backpressure.spark.launcher_watch import (
@@ -83,6 +90,8 @@ log = logging.getLogger("airflow_kafka_backpressure.spark.job")
 __all__ = [
     "NATIVE_PROVIDER_CLASS",
     "JobError",
+    "adopt_committed",
+    "batch_metrics",
     "check_bounds",
     "arrow_writer_reader",
     "choose_reader",
@@ -226,12 +235,13 @@ def arrow_writer_reader() -> Reader:
     return next(kind() for kind in READERS.values() if kind.feeds_arrow_writer)
 
 
-def batch_writer(spec: JobSpec) -> str:
-    """The spec's ``writer`` option (:mod:`.arrow_writer`), checked against its reader and transform;
-    ``auto`` is resolved once the reader is known (:func:`.models.chosen_writer`)."""
+def batch_writer(spec: JobSpec, fmt: SinkFormat) -> str:
+    """The spec's ``writer`` option (:mod:`.arrow_writer`), checked against its reader, transform and
+    sink format; ``auto`` is resolved once the reader is known (:func:`.models.chosen_writer`)."""
 
     writer = str(spec.options.get("writer") or DEFAULT_WRITER)
     problem = writer_problem(writer, spec.transform, spec.reader, feeds_arrow_writer(spec.reader))
+    problem = problem or fmt.writer_problem(writer)
     if problem:
         raise JobError(f"writer = {writer!r} is invalid: {problem}")
     return writer
@@ -268,23 +278,25 @@ def write_ranges_with_arrow(spark: Any, spec: JobSpec, staging: str, records_dir
     )
 
 
+def sink_format(spec: JobSpec) -> SinkFormat:
+    """The spec's sink format, from the registry."""
+    try:
+        return sink_format_for(spec.sink_format)
+    except UnknownSinkFormat as e:
+        raise JobError(f"batch {spec.plan.batch_id}: {e}") from None
+
+
 def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
     """Run one batch in ``spark`` (a classic session or a Spark Connect session); return its metrics.
 
     Raises :class:`JobError` with a message naming what failed; the sink then holds the batch's
     previous committed version, if any, and never a partial or duplicated one.
     """
-    from airflow_kafka_backpressure.sinks.parquet.commit import SinkError, read_records_dir
-    from airflow_kafka_backpressure.sinks.parquet.write import write_batch
     from airflow_kafka_backpressure.spark.kafka_range_source import KAFKA_SCHEMA  # defers pyspark
 
-    if spec.sink_format != "parquet":  # a table format: its own commit protocol
-        from airflow_kafka_backpressure.spark.table_job import run_table_batch
-
-        return run_table_batch(spark, spec)
-    plan = spec.plan
+    fmt = sink_format(spec)
     if spec.adopt is not None:
-        adopted, problems = adopt_committed(spark, spec)
+        adopted, problems = adopt_committed(spark, spec, fmt)
         if adopted is not None:
             return adopted
         if spec.adopt.refusal:  # the batch may not be read: adopting was its one way through
@@ -292,128 +304,84 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
                 f"{spec.adopt.refusal} (no committed version of the batch to adopt: {'; '.join(problems)})"
             )
     check_bounds(spec)
-    writer = batch_writer(spec)
+    writer = batch_writer(spec, fmt)
     # the arrow writer's tasks read themselves, with a reader that feeds it
     reader = arrow_writer_reader() if writer == "arrow" else choose_reader(spark, spec)
     writer = chosen_writer(
         writer,
         spec.transform,
-        reader.feeds_arrow_writer,
+        reader.feeds_arrow_writer and fmt.takes_arrow_writer,
         arrow_codec(spec.options.get("parquet_compression")),
     )
     read_started_at_ms = _now_ms()
-    records_dir = (
-        read_records_dir(plan.sink, plan.batch_id, spec.token) if reader.leaves_completion_records else None
-    )
-    describe = {
-        "pipeline": plan.pipeline,
-        "run_id": plan.run_id,
-        "reader": reader.name,
-        "transform": spec.transform,
-        "writer": writer,
-    }
-    write_data: Callable[[str], Any] | None = None
-    if not any(r.count > 0 for r in plan.ranges) and spec.transform is None:
-        # nothing to read: no Spark job, the commit writes the schema-only file (executors 0)
-        out = spark.createDataFrame([], KAFKA_SCHEMA)
-        write_data = lambda staging: 0  # noqa: E731
-    elif writer == "arrow":  # the tasks read and write: the DataFrame only gives the sink its schema
-        out = spark.createDataFrame([], KAFKA_SCHEMA)
-        write_data = lambda staging: write_ranges_with_arrow(spark, spec, staging, records_dir or "")  # noqa: E731
-    else:
-        out = apply_transform(read_ranges(spark, spec, reader, read_records_dir=records_dir), spec.transform)
+    write = fmt.begin(spark, spec, BatchSource(reader.name, reader.leaves_completion_records, writer))
+    records_dir = write.read_records_dir if reader.leaves_completion_records else None
     try:
-        manifest = write_batch(
-            spark,
-            out,
-            plan.sink,
-            plan.batch_id,
-            plan.ranges,
-            describe,
-            token=spec.token,
-            compression=spec.options.get("parquet_compression"),
-            attempt=spec.attempt,
-            plain_columns=spec.options.get("parquet_plain_columns"),
-            write_data=write_data,
-            # a reader that leaves no completion records: the write counts what it reads
-            count_reads=not reader.leaves_completion_records and spec.transform is None,
-        )
-    except SinkError as e:
-        raise JobError(str(e)) from e
+        try:
+            if writer == "arrow":  # the tasks read and write: the DataFrame only gives the sink its schema
+                committed = write.commit(
+                    spark.createDataFrame([], KAFKA_SCHEMA),
+                    write_files=lambda staging: write_ranges_with_arrow(
+                        spark, spec, staging, records_dir or ""
+                    ),
+                )
+            else:
+                read = write.counted(read_ranges(spark, spec, reader, read_records_dir=records_dir))
+                committed = write.commit(apply_transform(read, spec.transform))
+        finally:
+            write.close()
     except JobError:
         raise
     except Exception as e:
-        raise JobError(
-            f"batch {plan.batch_id} of pipeline {plan.pipeline!r} failed while reading "
-            f"{', '.join(str(r) for r in plan.ranges if r.count > 0) or 'nothing'} (reader={reader.name}) or writing "
-            f"{plan.output_path!r}: {_spark_failure(e)}"
-        ) from e
-    committed_at_ms = _now_ms()
+        raise JobError(write.failure(e, _spark_failure(e))) from e
+    return batch_metrics(spark, spec, committed, read_started_at_ms, committed_at_ms=_now_ms(), reader=reader)
 
-    counts = {
-        TopicPartition(p["topic"], int(p["partition"])): int(p["records"]) for p in manifest["partitions"]
-    }
-    unread = [OffsetRange.from_dict(r) for r in manifest.get("unread", ())]
-    more, more_bytes = count_unread(spark, spec, reader, unread)
-    counts.update(more)
+
+def adopt_committed(
+    spark: Any, spec: JobSpec, fmt: SinkFormat | None = None
+) -> tuple[BatchMetrics | None, list[str]]:
+    """The metrics of the batch's committed output if the format's adoption accepts it
+    (:meth:`~..sinks.SinkFormat.adopt`: a complete output for the planned ranges, or for the
+    ranges this run would write), without reading Kafka; else None and why not (the batch is run)."""
+    fmt = fmt or sink_format(spec)
+    started = _now_ms()
+    held, problems = fmt.adopt(spark, spec)
+    if held is None:
+        return None, problems
+    return batch_metrics(spark, spec, held, started, adopted=True), []
+
+
+def batch_metrics(
+    spark: Any,
+    spec: JobSpec,
+    committed: CommittedBatch,
+    read_started_at_ms: int,
+    *,
+    committed_at_ms: int | None = None,
+    reader: Reader | None = None,
+    adopted: bool = False,
+) -> BatchMetrics:
+    """The batch's metrics from what the format committed: its counts, and the ranges it did not
+    count counted by a second read with ``reader`` (by default the reader the commit names;
+    commits from before readers were named: python). ``committed_at_ms``: when the commit ended
+    (default: now, after the second read)."""
+    counts = dict(committed.partitions)
+    more_bytes = 0
+    if committed.unread:
+        counter = reader or reader_for(committed.read_by or PythonReader.name)
+        more, more_bytes = count_unread(spark, spec, counter, committed.unread)
+        counts.update(more)
     return BatchMetrics(
-        batch_id=plan.batch_id,
-        records=sum(counts.values()),
-        bytes=int(manifest["bytes"]) + more_bytes,
+        batch_id=spec.plan.batch_id,
+        records=committed.records + sum(counts[r.tp] for r in committed.unread),
+        bytes=committed.bytes + more_bytes,
         launched_at_ms=spec.launched_at_ms,
         read_started_at_ms=read_started_at_ms,
-        committed_at_ms=committed_at_ms,
-        executors=int(manifest["executors"]),
-        partitions=tuple(PartitionCount(r.topic, r.partition, counts.get(r.tp, 0)) for r in plan.ranges),
+        committed_at_ms=_now_ms() if committed_at_ms is None else committed_at_ms,
+        executors=committed.executors,
+        partitions=tuple(PartitionCount(r.topic, r.partition, counts.get(r.tp, 0)) for r in committed.ranges),
+        adopted=adopted,
     )
-
-
-def adopt_committed(spark: Any, spec: JobSpec) -> tuple[BatchMetrics | None, list[str]]:
-    """The metrics of the batch's committed version if it is one ``spec.adopt`` accepts (a complete
-    output for the planned ranges, or for the ranges this run would write: see :mod:`.fencing`),
-    read from its manifest without reading Kafka; else None and why not (the batch is run)."""
-    from airflow_kafka_backpressure.sinks.parquet.write import committed_manifest, register  # defers pyspark
-
-    plan, adopt = spec.plan, spec.adopt
-    assert adopt is not None
-    register(spark)
-    manifest = committed_manifest(spark, plan.sink, plan.batch_id, verify=True)
-    accepted = [adopt.ranges] + ([plan.ranges] if any(r.count > 0 for r in plan.ranges) else [])
-    problems = adoption_problems(manifest, plan.pipeline, *accepted)
-    problems += (manifest or {}).get("file_problems", [])
-    if problems:
-        log.info("Batch %s: not adopting the committed version (%s)", plan.batch_id, "; ".join(problems))
-        return None, problems
-    assert manifest is not None
-    log.info(
-        "Batch %s: adopting the version attempt %s committed (no re-read; the last owner was %s)",
-        plan.batch_id,
-        str(manifest.get("token"))[:8],
-        adopt.token[:8] or "none",
-    )
-    started = _now_ms()
-    counts = {
-        TopicPartition(p["topic"], int(p["partition"])): int(p["records"]) for p in manifest["partitions"]
-    }
-    unread = [OffsetRange.from_dict(r) for r in manifest.get("unread", ())]
-    # the reader that wrote it reads what it did not count (manifests before readers were named: python)
-    written_by = reader_for(str(manifest.get("reader") or PythonReader.name))
-    more, more_bytes = count_unread(spark, spec, written_by, unread)
-    counts.update(more)
-    return BatchMetrics(
-        batch_id=plan.batch_id,
-        records=sum(counts.values()),
-        bytes=int(manifest["bytes"]) + more_bytes,
-        launched_at_ms=spec.launched_at_ms,
-        read_started_at_ms=started,
-        committed_at_ms=_now_ms(),
-        executors=int(manifest["executors"]),
-        partitions=tuple(
-            PartitionCount(r.topic, r.partition, counts.get(r.tp, 0))
-            for r in (OffsetRange.from_dict(x) for x in manifest["ranges"])
-        ),
-        adopted=True,
-    ), []
 
 
 # --------------------------------------------------------------------------- command line

@@ -21,6 +21,7 @@ from airflow_kafka_backpressure.sinks import (
     SINK_FORMATS,
     BatchCommit,
     DeltaSink,
+    ParquetSink,
     SinkFenced,
     SinkFormatError,
     UnknownSinkFormat,
@@ -106,7 +107,7 @@ def test_the_delta_jars_are_delta_spark_and_delta_storage_without_what_pyspark_s
 
 
 def test_the_registry_names_delta():
-    assert SINK_FORMATS == {"delta": DeltaSink}
+    assert SINK_FORMATS == {"parquet": ParquetSink, "delta": DeltaSink}
     assert isinstance(sink_format_for("delta"), DeltaSink)
     with pytest.raises(UnknownSinkFormat, match="unknown sink format 'iceberg': choose one of delta"):
         sink_format_for("iceberg")

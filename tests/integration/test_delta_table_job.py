@@ -1,4 +1,5 @@
-"""The Delta sink's counts and look-ups through ``spark/table_job.py`` and ``DeltaSink`` against a
+"""The Delta sink's counts and look-ups through the batch job (``spark/job.py``: ``run_batch``, and a
+replay's adoption through the format) and ``DeltaSink`` against a
 real SparkSession (local[2], Delta 4.4 jars: the ``delta_spark`` fixture) and, for the batch job, the
 session's Kafka broker read by the Python reader: the row count after an ``OPTIMIZE``, a refused
 commit not adopted, a transform run once per batch.
@@ -14,7 +15,7 @@ import pytest
 
 from airflow_kafka_backpressure.models import Adoption, BatchPlan, JobSpec, OffsetRange
 from airflow_kafka_backpressure.sinks import DeltaSink
-from airflow_kafka_backpressure.spark.table_job import adopt_table_commit, run_table_batch
+from airflow_kafka_backpressure.spark.job import adopt_committed, run_batch
 
 from .test_delta_sink import PIPELINE, contents, ranges, write, write_fewer_rows_than_read
 
@@ -79,7 +80,7 @@ def test_a_commit_its_row_check_refused_is_not_adopted_by_the_next_replay(delta_
     write_fewer_rows_than_read(delta_spark, table, 2)
     spec = table_spec(table, 2, ranges(2, 5), attempt=2, adopt=Adoption("a" * 32, ranges(2, 5)))
 
-    metrics, problems = adopt_table_commit(delta_spark, spec)
+    metrics, problems = adopt_committed(delta_spark, spec)
 
     assert metrics is None
     assert problems == [
@@ -110,7 +111,7 @@ def test_a_transform_runs_once_per_batch(delta_spark, kafka_broker, topic_name, 
         transform="tests.integration.spark_transforms:first_evaluation_only",
     )
 
-    metrics = run_table_batch(delta_spark, spec)
+    metrics = run_batch(delta_spark, spec)
 
     assert (metrics.records, metrics.adopted) == (40, False)
     assert len(list(marks.iterdir())) == 40  # each record evaluated once
@@ -150,7 +151,7 @@ def test_a_replay_looks_up_a_batch_that_never_committed_without_the_whole_histor
     table = old_parts_unreadable
     spec = table_spec(table, 20, ranges(20, 4), attempt=2, adopt=Adoption("a" * 32, ranges(20, 4)))
 
-    assert adopt_table_commit(delta_spark, spec) == (None, ["no committed version"])
+    assert adopt_committed(delta_spark, spec) == (None, ["no committed version"])
     assert not DeltaSink().holds_rows(delta_spark, table, pipeline=PIPELINE, batch_id=20)
     assert DeltaSink().holds_rows(delta_spark, table, pipeline=PIPELINE, batch_id=11)
 

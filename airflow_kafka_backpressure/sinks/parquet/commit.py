@@ -64,6 +64,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_backpressure.models import OffsetRange, batch_path
+from airflow_kafka_backpressure.sinks.base import SinkFormatError
 from airflow_kafka_backpressure.sinks.completion import completed_reads, tally_reads
 from airflow_kafka_backpressure.sinks.parquet.fencing import (
     clear_fence,
@@ -83,7 +84,7 @@ READ_DIR = "_read"
 MANIFEST_VERSION = 2
 
 
-class SinkError(RuntimeError):
+class SinkError(SinkFormatError):
     """The sink could not be written or committed; the message says what to do."""
 
 

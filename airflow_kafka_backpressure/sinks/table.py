@@ -1,0 +1,248 @@
+"""Table formats: a batch committed as one transaction of a table that holds every batch (Delta).
+
+A :class:`TableFormat` implements two things, :meth:`~TableFormat.write_batch` (a DataFrame as one
+commit, idempotent by pipeline, batch id and attempt) and :meth:`~TableFormat.committed` (what a
+batch last committed); the batch job's write and a replay's adoption come with it:
+
+1. **adopt** (a replay of a batch whose earlier attempt may have committed): the sink's newest
+   commit of the batch, if it holds the planned ranges (or those this run would write) and the rows
+   recorded with it as the batch's to publish (a commit its writer's row check refused stays in the
+   table, and is not adopted), is taken over without reading Kafka, whichever attempt wrote it;
+2. **read** once: what the job read is persisted, so that the per-partition counts and the rows
+   written come from the same data (:meth:`TableWrite.counted`);
+3. **commit** the transformed rows as one transaction, fenced by the ledger's attempt number and
+   checked against the rows that must land (the records read, or what the transform returned):
+   another count fails the batch (no empty or partial success). The transform's output is
+   persisted, then counted and written from the same data: the transform runs once per batch.
+
+The per-partition counts go into the commit (``details``), so adoption gives the controller the
+same metrics as the run that wrote it.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..models import JobSpec, OffsetRange, TopicPartition
+from .base import BatchSource, BatchWrite, CommittedBatch, SinkFormat, SinkFormatError, ranges_read
+
+log = logging.getLogger(__name__)
+
+
+def same_batch_offsets(committed: Sequence[OffsetRange], planned: Sequence[OffsetRange]) -> bool:
+    """Whether a commit of ``committed`` ranges holds the batch planned as ``planned`` (pure): the same
+    ranges, or the same partitions with the same ends where either starts later (a replay that
+    retention or a topic reset trimmed at the start, or the full plan rewritten after such a
+    replay). Other ranges under the same batch id are another batch: the ledger's batch ids started
+    again (a reset, a restore from an older backup, another ledger)."""
+    theirs = {r.tp: r for r in committed}
+    ours = {r.tp: r for r in planned}
+    if len(theirs) != len(committed) or len(ours) != len(planned) or set(theirs) != set(ours):
+        return False
+    return all(theirs[tp].until_offset == r.until_offset for tp, r in ours.items())
+
+
+@dataclass(frozen=True)
+class BatchCommit:
+    """What one batch committed, as the sink records it: the pipeline, batch id, the ledger's
+    attempt number that wrote it, the offset ranges it holds and its row count (the batch's rows the
+    commit published, counted by the sink: rows of other batches it copied are not counted).
+    ``version``: the sink's own version of the commit (a Delta table version), when it has one;
+    ``bytes``: the data it added, when the sink says; ``expected_records``: the rows the writer said
+    the batch must publish (None if it did not say); ``details``: what the writer stored with the
+    commit (the job's per-partition record counts)."""
+
+    pipeline: str
+    batch_id: int
+    attempt: int
+    ranges: tuple[OffsetRange, ...]
+    record_count: int
+    version: int | None = None
+    # what the sink reports beside the commit's identity: not compared
+    bytes: int | None = field(default=None, compare=False)
+    expected_records: int | None = field(default=None, compare=False)
+    details: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def count_problem(self) -> str | None:
+        """Why the commit does not hold the rows its batch must publish (its row count is not the
+        ``expected_records`` recorded with it), or None: a commit a writer's check refused stays in
+        the sink, and must not be taken over as the batch's output."""
+        if self.expected_records is None or self.record_count == self.expected_records:
+            return None
+        return (
+            f"it holds {self.record_count} rows of the batch but the batch must publish {self.expected_records} "
+            f"(attempt {self.attempt}'s own check refused it)"
+        )
+
+    def reported(self) -> CommittedBatch:
+        """What the job reports of this commit: the counts the job stored with it (``details``)."""
+        counts = {
+            TopicPartition(str(c["topic"]), int(c["partition"])): int(c["records"])
+            for c in self.details.get("partitions", ())
+        }
+        return CommittedBatch(
+            ranges=self.ranges,
+            partitions=counts,
+            records=sum(counts.values()) if counts else self.record_count,
+            bytes=int(self.bytes or 0),
+            executors=int(self.details.get("executors", 1 if self.record_count else 0)),
+            read_by=self.details.get("reader"),
+        )
+
+
+class TableFormat(SinkFormat):
+    """A sink format that commits a batch's DataFrame as one transaction of a table (module doc).
+
+    The contract of :meth:`write_batch`: ONE commit, idempotent by (pipeline, batch id, attempt): a
+    retry of a committed attempt changes nothing; a newer attempt replaces the batch's rows (never
+    appends beside them); an older attempt after a newer one is refused with
+    :class:`~.base.SinkFenced`; a replay of an old batch after newer ones lands. :meth:`committed`
+    reads back what the batch committed (None if nothing)."""
+
+    @abc.abstractmethod
+    def write_batch(
+        self,
+        spark: Any,
+        df: Any,
+        sink: str,
+        *,
+        pipeline: str,
+        batch_id: int,
+        attempt: int,
+        ranges: Sequence[OffsetRange],
+        expected_records: int | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> BatchCommit:
+        """Commit ``df`` as batch ``batch_id`` of ``pipeline`` by the ledger's attempt ``attempt``
+        (>= 1, growing with every new attempt of the batch). ``expected_records``: the rows the batch
+        must publish (what was read, or what the transform returned); a commit of another count
+        raises :class:`~.base.SinkFormatError`. ``details``: JSON-able facts stored with the commit
+        and read back in :attr:`BatchCommit.details`. Returns what the sink now holds for the batch."""
+
+    @abc.abstractmethod
+    def committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int) -> BatchCommit | None:
+        """What batch ``batch_id`` of ``pipeline`` last committed in ``sink``, or None."""
+
+    def is_committed(
+        self, spark: Any, sink: str, *, pipeline: str, batch_id: int, attempt: int | None = None
+    ) -> bool:
+        """Whether the batch is committed (by ``attempt``, if given)."""
+        commit = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
+        return commit is not None and (attempt is None or commit.attempt == attempt)
+
+    def begin(self, spark: Any, spec: JobSpec, source: BatchSource) -> BatchWrite:
+        return TableWrite(self, spark, spec, source)
+
+    def adopt(self, spark: Any, spec: JobSpec) -> tuple[CommittedBatch | None, list[str]]:
+        """See :meth:`SinkFormat.adopt`: the batch's newest commit (module doc, step 1)."""
+        plan, adopt = spec.plan, spec.adopt
+        assert adopt is not None
+        commit = self.committed(spark, plan.sink, pipeline=plan.pipeline, batch_id=plan.batch_id)
+        if commit is None:
+            return None, ["no committed version"]
+        accepted = [sorted(adopt.ranges)] + (
+            [sorted(plan.ranges)] if any(r.count > 0 for r in plan.ranges) else []
+        )
+        if sorted(commit.ranges) not in accepted:
+            return None, [
+                f"ranges {', '.join(map(str, sorted(commit.ranges))) or 'none'} differ from the plan"
+            ]
+        problem = commit.count_problem()
+        if problem is not None:  # a commit the writer's own check refused stays in the table
+            return None, [
+                f"the commit of attempt {commit.attempt} (table version {commit.version}) is not the batch's output: {problem}"
+            ]
+        log.info(
+            "Batch %s: adopting the %s commit of attempt %s (table version %s; no re-read)",
+            plan.batch_id,
+            self.name,
+            commit.attempt,
+            commit.version,
+        )
+        return commit.reported(), []
+
+
+class TableWrite(BatchWrite):
+    """One batch into a :class:`TableFormat` (module doc, steps 2 and 3)."""
+
+    def __init__(self, fmt: TableFormat, spark: Any, spec: JobSpec, source: BatchSource) -> None:
+        plan = spec.plan
+        self.fmt, self.spark, self.spec, self.source = fmt, spark, spec, source
+        self.where = (
+            f"batch {plan.batch_id} of pipeline {plan.pipeline!r} into {fmt.name} table {plan.sink!r}"
+        )
+        self.reads = any(r.count > 0 for r in plan.ranges)
+        self.per_partition: list[Any] = []
+        self.kept: list[Any] = []  # persisted DataFrames, released by close()
+
+    def counted(self, read: Any) -> Any:
+        if self.reads:  # Kafka is read once: counted and written from the same data
+            read = read.persist()
+            self.kept.append(read)
+        self.per_partition = read.groupBy("topic", "partition").count().collect()
+        return read
+
+    def commit(self, rows: Any, *, write_files: Callable[[str], int | None] | None = None) -> CommittedBatch:
+        if write_files is not None:
+            raise SinkFormatError(
+                f"{self.where}: the {self.fmt.name} format takes no files the arrow writer wrote"
+            )
+        spec, plan = self.spec, self.spec.plan
+        read = sum(int(r["count"]) for r in self.per_partition)
+        if spec.transform is None:
+            expected = read
+        else:
+            # the transform's rows, computed once: counted and written from the same data (a
+            # transform with side effects runs once, a non-deterministic one is counted as written)
+            rows = rows.persist()
+            self.kept.append(rows)
+            expected = rows.count()
+        details = {
+            "partitions": [
+                {"topic": r["topic"], "partition": int(r["partition"]), "records": int(r["count"])}
+                for r in self.per_partition
+            ],
+            "reader": self.source.reader,
+            "transform": spec.transform,
+            "records_read": read,
+            "executors": _executors(self.spark) if read else 0,
+        }
+        commit = self.fmt.write_batch(
+            self.spark,
+            rows,
+            plan.sink,
+            pipeline=plan.pipeline,
+            batch_id=plan.batch_id,
+            attempt=spec.attempt or 1,
+            ranges=plan.ranges,
+            expected_records=expected,
+            details=details,
+        )
+        return commit.reported()
+
+    def failure(self, error: Exception, cause: str) -> str:
+        if isinstance(error, SinkFormatError):
+            return f"{self.where}: {error}"
+        return (
+            f"{self.where} failed while reading {ranges_read(self.spec.plan.ranges)} "
+            f"(reader={self.source.reader}) or committing: {type(error).__name__}: {cause}"
+        )
+
+    def close(self) -> None:
+        for df in reversed(self.kept):  # the transform's rows, then the read
+            df.unpersist()
+        self.kept = []
+
+
+def _executors(spark: Any) -> int:
+    """Executors of a classic session (the driver excluded; local mode counts as one); 1 where the
+    session does not say (Spark Connect)."""
+    try:
+        status = spark.sparkContext.statusTracker()
+        return max(len(status.getExecutorInfos()) - 1, 1)
+    except Exception:  # a Connect session has no SparkContext
+        return 1
