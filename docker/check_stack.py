@@ -8,13 +8,20 @@
     python - --properties-file client.json replication < docker/check_stack.py   (inside the stack)
     python docker/check_stack.py wait-caught-up --end-offsets JSON [--min-batches 3] [--replays] [--timeout 600]
     python docker/check_stack.py verify --sink DIR --producer-log FILE --workers NAME [NAME ...]
+    python - connect-auth < docker/check_stack.py             (in an Airflow container of the stack)
+    python docker/check_stack.py connect-exposure --token-file FILE --container NAME --project NAME \
+        --connect-ui URL [--files FILE ...]
 
 It reads the ledger with plain SQL (PostgreSQL), the broker's end offsets with kafka-python, the
 sink's Parquet files with pyarrow, Airflow's REST API and the monitoring page's API with requests,
 the Spark master's JSON, and the worker containers' work directories with ``docker exec``: nothing
 of the provider's own code, so a bug there cannot hide itself. The broker advertises its service
 name, which only resolves inside the stack: ``end-offsets`` runs in a container of the stack (it
-needs nothing but kafka-python), and its output is handed to ``wait-caught-up``.
+needs nothing but kafka-python), and its output is handed to ``wait-caught-up``. ``connect-auth``
+runs in an Airflow container (the scheduler, where the connect engine's sessions start): it reads
+the ``spark_connect_default`` connection through the Spark provider's hook and talks to the Connect
+server with pyspark's client, through the container's GRPC_DEFAULT_SSL_ROOTS_FILE_PATH.
+``connect-exposure`` looks for the server's token where it must not be. Neither prints the token.
 
 Endpoints (defaults: this machine's hostnet.env): --postgres, --airflow, --spark-ui; Kafka:
 --properties-file, a JSON file of librdkafka-style client properties (the stack's kafka-users writes
@@ -428,6 +435,166 @@ def verify(args: argparse.Namespace) -> None:
     check_scaling(args, rows)
 
 
+def _redactor(secret: str):
+    """A function that replaces ``secret`` in a text with ``***``."""
+    return lambda text: text.replace(secret, "***") if secret else text
+
+
+def _grpc_code(e: Exception) -> str:
+    code = getattr(e, "getGrpcStatusCode", lambda: None)()
+    if code is not None:
+        return getattr(code, "name", str(code))
+    found = re.search(r"StatusCode\.([A-Z_]+)", str(e))
+    return found.group(1) if found else type(e).__name__
+
+
+def _count_range(url: str) -> int:
+    """spark.range(3).count() through a new Spark Connect session to ``url``; the session is released
+    either way (a client left open retries for minutes at exit)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(url).create()
+    try:
+        return int(spark.range(3).count())
+    finally:
+        try:
+            spark.stop()
+        except Exception:  # noqa: BLE001 - a refused session cannot be released either
+            pass
+
+
+def connect_auth(args: argparse.Namespace) -> None:
+    """The Connect server as the spark_connect_default connection reaches it: over TLS (the proxy's
+    certificate names the host and verifies against GRPC_DEFAULT_SSL_ROOTS_FILE_PATH), refusing a
+    client without the token and one with a wrong token (UNAUTHENTICATED), running a query for the
+    connection's URL (token, use_ssl)."""
+    import secrets
+    import socket
+    import ssl
+    from urllib.parse import urlparse
+
+    os.environ["_AIRFLOW_PROCESS_CONTEXT"] = "server"  # the hook reads the connection from the DB
+    os.environ.pop("SPARK_CONNECT_AUTHENTICATE_TOKEN", None)  # pyspark's client would send it
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    url = SparkConnectHook(args.conn_id).get_connection_url()
+    base, _, query = url.partition("/;")
+    params = dict(p.split("=", 1) for p in query.split(";") if "=" in p)
+    clean = _redactor(params.get("token", ""))
+    shown = clean(url)
+    if not params.get("token"):
+        raise CheckFailed(f"connection {args.conn_id} ({shown}) has no password (the Connect server's token)")
+    if params.get("use_ssl", "").lower() != "true":
+        raise CheckFailed(f'connection {args.conn_id} ({shown}) lacks the extra {{"use_ssl": true}}')
+    try:
+        where = urlparse(base.replace("sc://", "https://", 1))
+        host, port = where.hostname or "", int(where.port or 15002)
+        roots = os.environ.get("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", "")
+        if not roots:
+            raise CheckFailed(
+                "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH is not set: gRPC would not trust the stack's CA"
+            )
+        context = ssl.create_default_context(cafile=roots)
+        context.set_alpn_protocols(["h2"])
+        with socket.create_connection((host, port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname=host) as tls:
+                version, alpn = tls.version(), tls.selected_alpn_protocol()
+        if alpn != "h2":
+            raise CheckFailed(f"{host}:{port} negotiated {alpn!r}, not HTTP/2 (h2): no gRPC over it")
+        log(f"TLS: {host}:{port} has a certificate for {host} signed by {roots} ({version}, ALPN {alpn})")
+        refused = {
+            "without a token": f"{base}/;use_ssl=true",
+            "with a wrong token": f"{base}/;use_ssl=true;token={secrets.token_urlsafe(32)}",
+        }
+        for label, other in refused.items():
+            try:
+                n = _count_range(other)
+            except Exception as e:  # noqa: BLE001 - the refusal is the expected outcome
+                code = _grpc_code(e)
+                details = re.search(r'details = "([^"]*)"', str(e))
+                if code != "UNAUTHENTICATED":
+                    raise CheckFailed(
+                        f"a client {label}: expected UNAUTHENTICATED, got {code}: {clean(str(e))[:300]}"
+                    ) from None
+                log(f"a client {label} over TLS is refused: {code} ({details.group(1) if details else ''})")
+            else:
+                raise CheckFailed(f"a client {label} ran a query on the Connect server (count {n})")
+        started = time.monotonic()
+        n = _count_range(url)
+        if n != 3:
+            raise CheckFailed(f"spark.range(3).count() through {shown} returned {n}")
+        log(
+            f"connection {args.conn_id} ({shown}): spark.range(3).count() = 3 in {time.monotonic() - started:.1f} s"
+        )
+    except CheckFailed as e:
+        raise CheckFailed(clean(str(e))) from None
+    except Exception as e:  # noqa: BLE001 - reported without a traceback, the token taken out
+        raise CheckFailed(f"{clean(type(e).__name__ + ': ' + str(e))[:500]}") from None
+
+
+def connect_exposure(args: argparse.Namespace) -> None:
+    """The Connect server's token reached the server in its environment, and is nowhere else: not on
+    a command line in its container, not in the container's configuration, not in the server's UI
+    (pages and REST API), not in any log of the stack's containers, not in --files."""
+    import requests
+
+    with open(args.token_file) as f:
+        token = f.read().strip()
+    if len(token) < 20:
+        raise CheckFailed(f"{args.token_file}: not a token ({len(token)} characters)")
+    secret = token.encode()
+
+    def docker(*argv: str) -> bytes:
+        """The command's output (a container's log: both streams)."""
+        done = subprocess.run(["docker", *argv], capture_output=True, check=False)
+        if done.returncode != 0 and argv[0] != "exec":
+            raise CheckFailed(f"docker {argv[0]} failed: {done.stderr.decode(errors='replace')[-300:]}")
+        return done.stdout + done.stderr if argv[0] == "logs" else done.stdout
+
+    found: list[str] = []
+    script = 'for p in /proc/[0-9]*; do tr "\\0" " " < "$p/{}" 2> /dev/null; echo; done'
+    lines = docker("exec", args.container, "sh", "-c", script.format("cmdline")).splitlines()
+    if not any(b"SparkConnectServer" in line for line in lines):
+        raise CheckFailed(f"no Spark Connect server among the processes of {args.container}")
+    if any(secret in line for line in lines):
+        found.append(f"a command line in {args.container}")
+    if secret not in docker("exec", args.container, "sh", "-c", script.format("environ")):
+        raise CheckFailed(
+            f"the token is in no process environment in {args.container}: how does the server get it?"
+        )
+    if secret in docker("inspect", args.container):
+        found.append(f"docker inspect {args.container}")
+
+    ui = args.connect_ui.rstrip("/")
+    pages = [f"{ui}/environment/", f"{ui}/connect/", f"{ui}/jobs/", f"{ui}/api/v1/applications"]
+    for app in requests.get(f"{ui}/api/v1/applications", timeout=30).json():
+        pages += [f"{ui}/api/v1/applications/{app['id']}/{p}" for p in ("environment", "jobs", "executors")]
+    for page in pages:
+        r = requests.get(page, timeout=30)
+        if r.status_code != 200:
+            raise CheckFailed(f"GET {page}: HTTP {r.status_code}")
+        if secret in r.content:
+            found.append(page)
+
+    containers = docker(
+        "ps", "-a", "--filter", f"label=com.docker.compose.project={args.project}", "--format", "{{.Names}}"
+    ).split()
+    for name in containers:
+        if secret in docker("logs", name.decode()):
+            found.append(f"the log of {name.decode()}")
+    for path in args.files:
+        with open(path, "rb") as f:
+            if secret in f.read():
+                found.append(path)
+    if found:
+        raise CheckFailed(f"the Connect server's token is in: {', '.join(found)}")
+    log(
+        f"the Connect server's token is in its process environment only: in none of {len(lines)} command "
+        f"lines of {args.container}, its configuration, {len(pages)} pages of its UI and REST API, the logs "
+        f"of {len(containers)} containers, {len(args.files)} files of this test's output"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--postgres", default="postgresql://airflow:airflow@127.0.0.1:27432/kbp")
@@ -470,6 +637,14 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--sink", required=True, help="the sink directory of the demo pipeline, as seen from here")
     v.add_argument("--producer-log", required=True, help="the demo producer's output")
     v.add_argument("--workers", nargs="+", required=True, help="the Spark worker containers")
+    ca = sub.add_parser("connect-auth")
+    ca.add_argument("--conn-id", default="spark_connect_default")
+    ce = sub.add_parser("connect-exposure")
+    ce.add_argument("--token-file", required=True, help="the Connect server's token (never printed)")
+    ce.add_argument("--container", required=True, help="the spark-connect container")
+    ce.add_argument("--project", required=True, help="the compose project: every container's log is searched")
+    ce.add_argument("--connect-ui", required=True, help="the Connect server's Spark UI")
+    ce.add_argument("--files", nargs="*", default=[], help="more files to search (this test's output)")
     args = p.parse_args(argv)
     try:
         {
@@ -481,6 +656,8 @@ def main(argv: list[str] | None = None) -> int:
             "end-offsets": end_offsets,
             "wait-caught-up": wait_caught_up,
             "verify": verify,
+            "connect-auth": connect_auth,
+            "connect-exposure": connect_exposure,
         }[args.command](args)
     except CheckFailed as e:
         print(f"check FAILED: {e}", file=sys.stderr, flush=True)

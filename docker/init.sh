@@ -7,11 +7,14 @@
 #  2. the ledger's database on the PostgreSQL server (created when missing);
 #  3. airflow db migrate;
 #  4. connections kafka_default (the client properties kafka-users wrote: the brokers, SASL_SSL, the
-#     SCRAM user), spark_default, spark_connect_default, kbp_ledger (added when missing);
+#     SCRAM user), spark_default, spark_connect_default (the Connect server's token, which
+#     spark-connect-secrets made, as its password; TLS), kbp_ledger (added when missing);
 #  5. the demo pipeline's settings Variable (set when missing).
 #
 # Environment (set by compose.yaml): KBP_KAFKA_CLIENT_PROPERTIES, KBP_SPARK_MASTER_URL, KBP_SPARK_CONNECT_HOST,
-# KBP_SPARK_CONNECT_PORT, KBP_LEDGER_HOST, KBP_LEDGER_PORT, KBP_LEDGER_USER, KBP_LEDGER_PASSWORD,
+# KBP_SPARK_CONNECT_PORT, KBP_SPARK_CONNECT_TOKEN_FILE (optional: a file holding the Connect server's
+# token, the connection's password), KBP_SPARK_CONNECT_USE_SSL (true: the connection's extra is
+# {"use_ssl": true}), KBP_LEDGER_HOST, KBP_LEDGER_PORT, KBP_LEDGER_USER, KBP_LEDGER_PASSWORD,
 # KBP_LEDGER_DB, AIRFLOW_ADMIN_PASSWORD, KBP_DEMO_SETTINGS_KEY, KBP_DEMO_SETTINGS.
 set -euo pipefail
 log() { echo "airflow-init: $*" >&2; }
@@ -84,7 +87,7 @@ connections = {
     },
     "spark_connect_default": {
         "conn_type": "spark_connect",
-        "description": "Spark Connect server on the standalone master (engine: connect)",
+        "description": "Spark Connect server on the standalone master (engine: connect); password: its token",
         "host": e["KBP_SPARK_CONNECT_HOST"],
         "port": int(e["KBP_SPARK_CONNECT_PORT"]),
     },
@@ -98,7 +101,17 @@ connections = {
         "schema": e["KBP_LEDGER_DB"],
     },
 }
-with open(sys.argv[1], "w") as f:
+token_file = e.get("KBP_SPARK_CONNECT_TOKEN_FILE", "")
+if token_file:
+    with open(token_file) as f:
+        token = f.read().strip()
+    if not token:
+        sys.exit(f"airflow-init: ERROR: {token_file} (the Spark Connect server's token) is empty")
+    connections["spark_connect_default"]["password"] = token
+if e.get("KBP_SPARK_CONNECT_USE_SSL", "").lower() == "true":
+    connections["spark_connect_default"]["extra"] = json.dumps({"use_ssl": True})
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+with os.fdopen(fd, "w") as f:
     json.dump(connections, f)
 PY
 log "connections (existing ones are kept)"

@@ -19,6 +19,11 @@
 #     after >= 3 batches with records, then checks (docker/check_stack.py) that
 #     every produced record is in the sink exactly once and that the executors per batch moved
 #     with the target — in the ledger, on the monitoring page and in the worker containers;
+#     checks the Spark Connect server from the scheduler through the spark_connect_default
+#     connection: TLS with a certificate for spark-connect from the stack's CA, a client without
+#     the token or with a wrong one refused (UNAUTHENTICATED), one with it running a query; and that
+#     the token is in the server's environment only (no command line, no UI page, no container log,
+#     none of this test's output);
 #  6. tears everything down, also on failure: containers, volumes, images, the engine, its mounts
 #     and its state.
 #
@@ -271,3 +276,21 @@ mapfile -t WORKERS < <(docker ps --filter "label=com.docker.compose.project=$PRO
 [[ ${#WORKERS[@]} -eq 2 ]] || die "expected 2 spark-worker containers, found: ${WORKERS[*]:-none}"
 check verify \
     --sink "$SINK" --producer-log "$W/producer.log" --workers "${WORKERS[@]}"
+
+phase "Spark Connect: token and TLS"
+CONNECT="${PROJECT}_spark-connect_1"
+for _ in $(seq 150); do
+    [[ "$(docker inspect -f '{{.State.Health.Status}}' "$CONNECT" 2>/dev/null)" == healthy ]] && break
+    sleep 2
+done
+[[ "$(docker inspect -f '{{.State.Health.Status}}' "$CONNECT")" == healthy ]] \
+    || die "$CONNECT is not healthy after 300 s (its TLS proxy or the Connect server does not listen)"
+# from the scheduler, where the connect engine's sessions start: its connection, its CA setting
+docker exec -i "${PROJECT}_airflow-scheduler_1" timeout 600 python - connect-auth \
+    < "$HERE/check_stack.py" > "$W/connect-auth.log" 2>&1 \
+    || { tail -n 30 "$W/connect-auth.log" >&2; die "Spark Connect check failed: $(verdict "$W/connect-auth.log")"; }
+grep "^check:" "$W/connect-auth.log" >&2
+# the token (read from its volume here, never printed) is nowhere it must not be
+check connect-exposure --project "$PROJECT" --container "$CONNECT" \
+    --token-file "$(docker volume inspect "${PROJECT}_spark-connect-secrets" --format '{{.Mountpoint}}')/token" \
+    --connect-ui "http://127.0.0.1:$SPARK_CONNECT_UI_PORT" --files "$W"/*.log "$W"/*.err
