@@ -69,16 +69,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def spark_kafka_connector() -> str:
-    """Spark's Kafka connector for every Spark this session starts: its jars (fetched from Maven
-    Central once into the jar cache) in the ``spark-defaults.conf`` of a ``SPARK_CONF_DIR`` set for
+    """Spark's Kafka connector and Avro functions for every Spark this session starts: their jars
+    (fetched from Maven Central once into the jar cache) in the ``spark-defaults.conf`` of a ``SPARK_CONF_DIR`` set for
     the session, as a cluster's defaults would carry them. spark-submit, the local[2] session, the
     Connect server and the Airflow tasks all read it, so ``reader="auto"`` picks the native reader.
     Returns the folder."""
-    from airflow_kafka_backpressure.local.jars import spark_kafka_conf, write_spark_defaults
+    from airflow_kafka_backpressure.local.jars import (
+        combined_spark_conf,
+        spark_avro_conf,
+        spark_kafka_conf,
+        write_spark_defaults,
+    )
 
     # one folder per content, shared by the suite's two pytest shards: a class-data-sharing archive
-    # is valid only for JVMs whose class path (the conf dir first) is the one it was built with
-    conf = spark_kafka_conf()
+    # is valid only for JVMs whose class path (the conf dir first) is the one it was built with.
+    # Spark's Avro functions too (one jar): the avro record decoder's from_avro
+    conf = combined_spark_conf(spark_kafka_conf(), spark_avro_conf())
     digest = hashlib.sha256(repr(sorted(conf.items())).encode()).hexdigest()[:12]
     conf_dir = TMP_ROOT / f"spark-conf-{digest}"
     if not conf_dir.exists():

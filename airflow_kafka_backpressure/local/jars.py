@@ -20,7 +20,8 @@ once and never see half a folder.
 * :func:`delta_jars` — ``io.delta:delta-spark_2.13`` (Delta Lake, built against the installed
   pyspark's Spark) with ``delta-storage`` and what else it needs that pyspark does not ship: what
   ``spark.jars`` needs for ``format("delta")``; :func:`spark_delta_conf` adds Delta's SQL extension
-  and catalog.
+  and catalog;
+* :func:`spark_avro_conf` — ``org.apache.spark:spark-avro_2.13`` at pyspark's version (``from_avro``).
 
 Maven (``mvn``) must be on PATH; Maven's own repository (``~/.m2``) caches the downloads too.
 """
@@ -201,6 +202,20 @@ def spark_kafka_jars(spark_version: str | None = None) -> Path:
 def spark_kafka_conf(spark_version: str | None = None) -> dict[str, str]:
     """Spark settings that put the connector's cached jars on a job's classpath (``spark.jars``)."""
     return {"spark.jars": ",".join(jar_paths(spark_kafka_jars(spark_version)))}
+
+
+def spark_avro_conf(spark_version: str | None = None, *, jars: str | None = "spark.jars") -> dict[str, str]:
+    """Spark's Avro functions (``org.apache.spark:spark-avro_2.13`` at pyspark's version: ``from_avro``
+    of the avro record decoder) on a job's classpath, as :func:`jars_conf` puts them; one jar
+    (pyspark ships Avro itself)."""
+    if spark_version is None:
+        import pyspark
+
+        spark_version = pyspark.__version__
+    coordinates = f"org.apache.spark:spark-avro_{SCALA_BINARY}:{spark_version}"
+    return jars_conf(
+        lambda: bundle(f"spark-avro-{spark_version}", [coordinates], provided=pyspark_shipped()), jars
+    )
 
 
 def pyspark_hadoop_version() -> str:
