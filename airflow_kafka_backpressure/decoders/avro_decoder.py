@@ -91,6 +91,7 @@ class AvroDecoder(RecordDecoder):
         "the schema registry, every record read into one reader schema (the subject's latest or a "
         "pinned version) by Avro's schema resolution, in the JVM (spark-avro's from_avro)"
     )
+    spark_artifacts = (SPARK_AVRO_ARTIFACT,)
     option_docs = {
         "subject": "the registry subject of the reader schema and of the writer schemas; default: <topic>-key / <topic>-value",
         "version": "the reader schema's version of the subject: latest (the default) or a number",
@@ -156,7 +157,7 @@ class AvroDecoder(RecordDecoder):
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             return (
                 f"{self.where} needs Spark's Avro functions, which this Spark session cannot run ({first}): "
-                f"put {SPARK_AVRO_ARTIFACT} at the job's Spark version on its classpath "
+                f"put {', '.join(self.spark_artifacts)} at the job's Spark version on its classpath "
                 "(spark.jars.packages, or the jar in spark.jars)"
             )
         return None

@@ -133,6 +133,9 @@ class RecordDecoder(ABC):
     option_docs: ClassVar[Mapping[str, str]] = {}
     #: whether any record can fail to decode (False: nothing is ever set aside)
     can_fail: ClassVar[bool] = True
+    #: Maven artifacts (``group:artifact``, at the job's Spark version) the job's Spark needs on its
+    #: classpath for this format: what an engine adds to ``spark.jars.packages`` or a cluster has
+    spark_artifacts: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, field: str, options: Mapping[str, Any] | None = None) -> None:
         if field not in FIELDS:

@@ -62,6 +62,11 @@ class Schemas:
 def test_the_registry_names_every_format_and_takes_new_ones():
     assert decoders.decoder_names() == ("raw", "avro", "json")
     assert decoders.DEFAULT_FORMAT == "raw"
+    assert {n: k.spark_artifacts for n, k in DECODERS.items()} == {
+        "raw": (),
+        "avro": ("org.apache.spark:spark-avro_2.13",),
+        "json": (),  # from_json is Spark's own
+    }
     with pytest.raises(DecoderError, match="unknown value_format 'protobuf': choose one of raw, avro, json"):
         decoder_for("protobuf", "value")
 
