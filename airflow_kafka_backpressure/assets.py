@@ -16,20 +16,21 @@
   under ``"batches"`` keyed by batch id, and each event's own batch is ``extra["batches"][key]``.
 * :func:`triggering_batch` — what a downstream task calls to get exactly the batch its run was
   created for (from ``dag_run.partition_key`` and the triggering event's extra).
-* :func:`batch_dataset` — that batch's rows as a ``pyarrow.dataset.Dataset``, without Spark: the
-  batch's Parquet directory, or a Delta table's current version filtered to the batch (read with
-  ``deltalake``, the ``delta`` extra).
+* :func:`batch_dataset` — that batch's rows as a ``pyarrow.dataset.Dataset``, without Spark, as its
+  sink format reads it (:meth:`~.sinks.SinkFormat.batch_dataset`): the batch's Parquet directory,
+  or a Delta table's current version filtered to the batch (read with ``deltalake``, the ``delta``
+  extra).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .models import OffsetRange
+from .models import DEFAULT_SINK_FORMAT, OffsetRange
+from .sinks import SINK_FORMATS, ParquetSink, UnknownSinkFormat, sink_format_for
 
 SINK_ASSET_GROUP = "kafka-backpressure"
 
@@ -63,12 +64,12 @@ def batch_event_extra(
     replay: bool,
     output_path: str,
     run_id: str | None = None,
-    sink_format: str = "parquet",
+    sink_format: str = DEFAULT_SINK_FORMAT,
 ) -> dict[str, Any]:
     """One batch as a downstream DAG sees it (JSON-safe): only non-empty ranges are listed.
-    ``sink_format``: ``parquet`` (``output_path`` is the batch's directory) or a table format such
-    as ``delta`` (``output_path`` is the table; the batch is its rows with ``kbp_batch_id`` = the
-    batch id and ``kbp_pipeline`` = the pipeline)."""
+    ``sink_format``: the pipeline's; ``output_path``: where that format puts the batch
+    (:meth:`~.sinks.SinkFormat.event_path`: a Parquet batch's directory; a Delta table, whose rows
+    with ``kbp_batch_id`` = the batch id and ``kbp_pipeline`` = the pipeline are the batch)."""
     return {
         "batch_id": int(batch_id),
         "ranges": [r.to_dict() for r in sorted(ranges) if r.count],
@@ -130,7 +131,8 @@ def triggering_batch(context: Mapping[str, Any], pipeline: Any | None = None) ->
 
 
 def batch_dataset(batch: Mapping[str, Any], pipeline_name: str) -> Any:
-    """The rows of ``batch`` (what :func:`triggering_batch` returns) as a ``pyarrow.dataset.Dataset``.
+    """The rows of ``batch`` (what :func:`triggering_batch` returns) as a ``pyarrow.dataset.Dataset``,
+    read without Spark by the batch's sink format (:meth:`~.sinks.SinkFormat.batch_dataset`):
 
     * ``parquet``: the batch's directory (``output_path``), every file of it;
     * ``delta``: the table at ``output_path``, its current version (a newer attempt of the batch
@@ -139,28 +141,15 @@ def batch_dataset(batch: Mapping[str, Any], pipeline_name: str) -> Any:
       airflow-provider-kafka-backpressure[delta]``); ``s3a://`` is read as ``s3://`` with the
       ``AWS_*`` environment (an ``http://`` ``AWS_ENDPOINT_URL`` is allowed).
     """
-    import pyarrow.dataset as ds
-
-    fmt = batch.get("sink_format", "parquet")
-    path = str(batch["output_path"])
-    if fmt == "parquet":
-        return ds.dataset(path, format="parquet")
-    if fmt != "delta":
-        raise ValueError(
-            f"batch {batch.get('batch_id')}: sink_format {fmt!r} has no reader here; use parquet or delta"
-        )
+    # events written before they named their sink format were the Parquet directory's
+    name = batch.get("sink_format", ParquetSink.name)
     try:
-        from deltalake import DeltaTable
-    except ImportError:
-        raise ImportError(
-            f"batch {batch.get('batch_id')} is in the Delta table {path}: reading it without Spark needs "
-            "the deltalake package (pip install 'airflow-provider-kafka-backpressure[delta]')"
+        fmt = sink_format_for(name)
+    except UnknownSinkFormat:
+        raise ValueError(
+            f"batch {batch.get('batch_id')}: sink_format {name!r} has no reader here; use one of "
+            f"{', '.join(SINK_FORMATS)}"
         ) from None
-    uri = "s3://" + path.split("://", 1)[1] if path.startswith(("s3a://", "s3n://")) else path
-    options = (
-        {"AWS_ALLOW_HTTP": "true"} if os.environ.get("AWS_ENDPOINT_URL", "").startswith("http://") else {}
-    )
-    table = DeltaTable(uri, storage_options=options or None).to_pyarrow_dataset()
-    return table.filter(
-        (ds.field("kbp_pipeline") == pipeline_name) & (ds.field("kbp_batch_id") == int(batch["batch_id"]))
+    return fmt.batch_dataset(
+        str(batch["output_path"]), pipeline=pipeline_name, batch_id=int(batch["batch_id"])
     )

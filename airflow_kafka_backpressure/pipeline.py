@@ -60,8 +60,9 @@ class PipelineConfig:
         doc="the Kafka topics the pipeline reads", allowed="a list of topic names, at least one"
     )
     sink: str = _field(
-        doc="where batches are written: a directory of Parquet batches (batch_id=N/)",
-        allowed="an absolute path or a URI (hdfs://…); object stores are refused at plan time",
+        doc="where batches are written: the directory or table of the sink_format",
+        allowed="an absolute path or a URI (hdfs://…, s3://…); object stores are refused at plan time for "
+        + ", ".join(f.name for f in SINK_FORMATS.values() if f.needs_directory_renames),
     )
     batch_interval_s: float = _field(
         60.0, doc="seconds between batches: the ingest DAG's schedule", allowed=">= 1"

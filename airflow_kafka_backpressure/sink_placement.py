@@ -1,17 +1,34 @@
 """Where a pipeline's sink may be: the sink refusals the plan task checks before anything is
 planned (:func:`sink_refusal`), and pipelines that would share a sink or a consumer group
 (:func:`sharing_problems`, checked when the pipelines file loads). Pure, but for resolving local
-symbolic links."""
+symbolic links.
+
+It reads a pipeline through :class:`Placed` (what :class:`~.pipeline.PipelineConfig` has), and its
+sink format through the registry (:attr:`~.sinks.SinkFormat.needs_directory_renames`)."""
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-from .storage import _SCHEME_ALIASES
+from .sinks import SINK_FORMATS
+from .storage import SCHEME_ALIASES
 
-if TYPE_CHECKING:
-    from .pipeline import PipelineConfig
+
+class Placed(Protocol):
+    """What the placement rules read of a pipeline."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def sink(self) -> str: ...
+    @property
+    def group(self) -> str: ...
+    @property
+    def sink_format(self) -> str: ...
+    @property
+    def sink_on_shared_filesystem(self) -> bool: ...
 
 
 def sink_key(sink: str) -> tuple[str, ...]:
@@ -20,13 +37,13 @@ def sink_key(sink: str) -> tuple[str, ...]:
     ``s3``) and no trailing slash."""
     if "://" in sink and not sink.startswith("file://"):
         scheme, _, rest = sink.partition("://")
-        scheme = _SCHEME_ALIASES.get(scheme.lower(), scheme.lower())
+        scheme = SCHEME_ALIASES.get(scheme.lower(), scheme.lower())
         return (scheme, *[part for part in rest.split("/") if part])
     path = os.path.realpath(sink[len("file://") :] if sink.startswith("file://") else sink)
     return ("file", *[part for part in path.split(os.sep) if part])
 
 
-def sharing_problems(configs: list[PipelineConfig]) -> list[str]:
+def sharing_problems(configs: Sequence[Placed]) -> list[str]:
     """Pairs of pipelines that would mix their batches or their commits: one sink (or one inside
     the other's), or one consumer group (pure, but for resolving local symbolic links)."""
     problems = []
@@ -52,22 +69,29 @@ def sharing_problems(configs: list[PipelineConfig]) -> list[str]:
     return problems
 
 
-#: Schemes of object stores: no directory rename, which the Parquet-directory sink publishes with.
+#: Schemes of object stores: no directory rename, which some sink formats publish with
+#: (:attr:`~.sinks.SinkFormat.needs_directory_renames`: the Parquet directory).
 OBJECT_STORE_SCHEMES = ("s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss", "wasb", "wasbs", "oss")
 
 
-def sink_refusal(p: PipelineConfig, spark_master: str | None) -> str | None:
+def sink_refusal(p: Placed, spark_master: str | None) -> str | None:
     """Why the pipeline's sink cannot hold its guarantees where it runs (pure), else None: checked
     by the plan task before anything is planned. ``spark_master``: the submit engine's master (None
     when unknown, as for a Spark Connect server)."""
     scheme = p.sink.split("://", 1)[0].lower() if "://" in p.sink else ""
-    if scheme in OBJECT_STORE_SCHEMES and p.sink_format == "parquet":
+    fmt = SINK_FORMATS.get(p.sink_format)
+    if scheme in OBJECT_STORE_SCHEMES and fmt is not None and fmt.needs_directory_renames:
+        instead = " or ".join(
+            f'sink_format "{other.name}"' + (f" ({other.summary})" if other.summary else "")
+            for other in SINK_FORMATS.values()
+            if not other.needs_directory_renames
+        )
         return (
-            f"Pipeline {p.name!r}: sink {p.sink!r} is on an object store ({scheme}://). The Parquet-directory sink "
-            "publishes each batch by renaming its staging directory, which object stores cannot do: every commit "
-            "would fail, and a plain Parquet reader of the directory could see a batch in part or twice. Write to "
-            'a local path or HDFS (hdfs://…), or use the table-format sink: sink_format "delta" (a Delta Lake '
-            "table, one transaction per batch). Nothing was planned."
+            f"Pipeline {p.name!r}: sink {p.sink!r} is on an object store ({scheme}://). The {fmt.name} sink "
+            f"({fmt.summary}) publishes each batch by renaming directories, which object stores cannot do: every "
+            "commit would fail, and a reader of the sink could see a batch in part or twice. Write to a local path "
+            f"or HDFS (hdfs://…), or use a sink format that commits without renaming directories: {instead}. "
+            "Nothing was planned."
         )
     local = scheme in ("", "file")
     if local and spark_master and not p.sink_on_shared_filesystem:

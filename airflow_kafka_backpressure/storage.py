@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 #: Hadoop scheme names that pyarrow knows under another name.
-_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
+SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
 #: Reads of a directory whose entries change while it is listed (see :meth:`Location.children`).
 LIST_TRIES = 5
 #: The name ending of :meth:`Location.write_bytes`'s temporary files (renamed over the target).
@@ -333,7 +333,7 @@ def location(uri: str) -> Location:
     if parsed.scheme in ("", "file"):
         path = parsed.path if parsed.scheme == "file" else uri
         return Location(LocalFileSystem(), os.path.normpath(path), uri)
-    scheme = _SCHEME_ALIASES.get(parsed.scheme, parsed.scheme)
+    scheme = SCHEME_ALIASES.get(parsed.scheme, parsed.scheme)
     native = scheme + uri[len(parsed.scheme) :]
     try:
         fs, path = FileSystem.from_uri(native)

@@ -33,6 +33,7 @@ from ..lineage import batch_lineage
 from ..models import Adoption, BatchMetrics, BatchPlan, OffsetRange
 from ..pipeline import DEFAULT_LEASE_S as LEASE_S
 from ..pipeline import PipelineConfig
+from ..sinks import sink_format_for
 from .base import PipelineOperator
 from .common import sink_commit_lock
 
@@ -163,8 +164,10 @@ class BatchRunningOperator(PipelineOperator):
                     plan.ranges,
                     metrics.records,
                     replay=replay,
-                    # a table format holds every batch in one table (rows kbp_batch_id = N)
-                    output_path=plan.output_path if self.pipeline.sink_format == "parquet" else plan.sink,
+                    # where the format puts the batch: its directory, or the table holding every batch
+                    output_path=sink_format_for(self.pipeline.sink_format).event_path(
+                        plan.sink, plan.batch_id
+                    ),
                     run_id=plan.run_id,
                     sink_format=self.pipeline.sink_format,
                 )
