@@ -107,16 +107,31 @@ def hdfs_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def hdfs_sink(hdfs_url: str, request: pytest.FixtureRequest) -> Location:
-    """A fresh sink directory on the HDFS, as the pyarrow filesystem the storage layer works on."""
+def hdfs_sink(hdfs_url: str, request: pytest.FixtureRequest) -> Iterator[Location]:
+    """A fresh sink directory on the HDFS, as the pyarrow filesystem the storage layer works on.
+
+    The hdfs-native client is kept out of fsspec's instance cache and dropped here, in this process:
+    it owns a tokio runtime whose worker threads exist only in the process that made it. fsspec
+    clears its cache in every forked child (``os.register_at_fork``), and a cached client dropped
+    there waits forever for threads the child does not have: the next ``subprocess.Popen`` with a
+    ``preexec_fn`` (pyspark's JVM launch) then hung the test session, in CI, at the first Spark
+    session started after this module."""
+    import gc
+
     from hdfs_native.fsspec import HdfsFileSystem
     from pyarrow.fs import FSSpecHandler, PyFileSystem
 
-    fs = PyFileSystem(FSSpecHandler(HdfsFileSystem(host="127.0.0.1", port=int(hdfs_url.rsplit(":", 1)[1]))))
+    port = int(hdfs_url.rsplit(":", 1)[1])
+    client = HdfsFileSystem(host="127.0.0.1", port=port, skip_instance_cache=True)
     path = f"/{request.node.name.replace('[', '_').replace(']', '')}/sink"
-    sink = Location(fs, path, hdfs_url + path)
+    sink = Location(PyFileSystem(FSSpecHandler(client)), path, hdfs_url + path)
     sink.mkdirs()
-    return sink
+    yield sink
+    del sink, client
+    gc.collect()
+    assert not HdfsFileSystem._cache, "an hdfs-native client is left in fsspec's instance cache"
+    # a fork that runs Python code in the child (as pyspark's launch does) still comes back
+    subprocess.run(["true"], preexec_fn=lambda: None, timeout=60, check=True)  # noqa: PLW1509
 
 
 def names(root: Location) -> list[str]:
