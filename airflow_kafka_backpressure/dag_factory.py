@@ -2,7 +2,7 @@
 
 The ingest DAG runs once per batch interval, one run at a time (``max_active_runs=1``), so each
 run's plan starts where the previous one ended. The replay DAG waits for failed batches and replays
-them, those due first (:mod:`.ledger.replay_queue`). Both are built from a :class:`~airflow_kafka_backpressure.pipeline.PipelineConfig`.
+them, those due first (:mod:`.ledger.replay_queue`). Both are built from a :class:`~airflow_kafka_backpressure.config.pipeline.PipelineConfig`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG
 
+from airflow_kafka_backpressure.config.pipeline import PIPELINES_FILE_ENV, PipelineConfig, load_pipelines
+
 from .operators import (
     ExecutorScalingOperator,
     PlanOffsetRangesOperator,
@@ -23,11 +25,11 @@ from .operators import (
     SparkKafkaBatchOperator,
 )
 from .operators.common import sink_lock_wait_s
-from .pipeline import PIPELINES_FILE_ENV, PipelineConfig, load_pipelines
 from .sensors.failed_ranges import FailedRangesSensor
 
 __all__ = [
     "PIPELINES_FILE_ENV",
+    "PipelineConfig",
     "REPLAY_BATCHES_PER_RUN",
     "build_dags",
     "build_ingest_dag",

@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def one_batch(args: argparse.Namespace) -> None:
     """Child mode: run one batch through the hook in this (fresh) process; print its timings."""
+    from airflow_kafka_backpressure.batch.models import BatchPlan, OffsetRange
+    from airflow_kafka_backpressure.config.pipeline import PipelineConfig
     from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
-    from airflow_kafka_backpressure.models import BatchPlan, OffsetRange
-    from airflow_kafka_backpressure.pipeline import PipelineConfig
 
     ranges = tuple(OffsetRange(args.topic, p, 0, args.per_partition) for p in range(args.partitions))
     plan = BatchPlan(
@@ -114,10 +114,10 @@ def main() -> None:
     from reader_throughput import produce_records
 
     from airflow_kafka_backpressure.engines.environment import spark_submit_env
-    from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
-    from airflow_kafka_backpressure.local.jars import spark_kafka_conf, write_spark_defaults
-    from airflow_kafka_backpressure.local.producer import ensure_topic
-    from airflow_kafka_backpressure.local.spark_connect import SparkConnectServer
+    from kbp_local.apache_kafka import KafkaBroker
+    from kbp_local.jars import spark_kafka_conf, write_spark_defaults
+    from kbp_local.producer import ensure_topic
+    from kbp_local.spark_connect import SparkConnectServer
 
     tmp_root = REPO / ".tmp"
     tmp_root.mkdir(exist_ok=True)

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_kafka_backpressure.config import parse_settings
+from airflow_kafka_backpressure.config.settings import parse_settings
 from airflow_kafka_backpressure.control.controller import COST, SPARK
 from airflow_kafka_backpressure.sim.plot import render_svg
 from airflow_kafka_backpressure.sim.scenarios import (

@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.ledger import Ledger
-from airflow_kafka_backpressure.models import OffsetRange
 
 REPO = Path(__file__).resolve().parents[1]
 PIPELINE, TOPIC, WIDTH = "bench", "events", 10

@@ -1,6 +1,6 @@
 """Records/s of the Kafka range reader, measured in one run against one confluent-kafka consumer.
 
-Starts Apache Kafka (KRaft, one node: :mod:`airflow_kafka_backpressure.local.apache_kafka`),
+Starts Apache Kafka (KRaft, one node: :mod:`kbp_local.apache_kafka`),
 produces ``--records`` records (default 1,000,000) over ``--partitions`` partitions in record
 batches of up to ``--records-per-batch`` (default 1,000, as a batching producer writes them), then
 reads the same ranges several ways and prints records/s and the ratio to the first line:
@@ -74,11 +74,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cpu_use  # noqa: E402 - bench/ is not a package
 
+from airflow_kafka_backpressure.batch.models import BatchPlan, JobSpec, OffsetRange
 from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
-from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
-from airflow_kafka_backpressure.local.jars import spark_kafka_conf
-from airflow_kafka_backpressure.local.producer import demo_record, ensure_topic
-from airflow_kafka_backpressure.models import BatchPlan, JobSpec, OffsetRange
+from kbp_local.apache_kafka import KafkaBroker
+from kbp_local.jars import spark_kafka_conf
+from kbp_local.producer import demo_record, ensure_topic
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@
 Two measurements, each through the product's own write path (the fence, the commit and its
 read-back included), in one local Spark session (``--master``, default local[2]) with Delta's jars
 and Hadoop's S3A filesystem, against the local disk and a real S3-compatible server (SeaweedFS's S3
-gateway on 127.0.0.1, :class:`~airflow_kafka_backpressure.local.s3.S3Server`):
+gateway on 127.0.0.1, :class:`~kbp_local.s3.S3Server`):
 
 * **throughput**: one batch of ``--records`` (default 1,000,000) rows shaped as Kafka records
   (key, a ``--payload-bytes`` value, topic, partition, offset, timestamp), generated and cached in
@@ -55,9 +55,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airflow_kafka_backpressure.models import OffsetRange
-from airflow_kafka_backpressure.pipeline import PipelineConfig
-from airflow_kafka_backpressure.sink_placement import sink_refusal
+from airflow_kafka_backpressure.batch.models import OffsetRange
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+from airflow_kafka_backpressure.config.sink_placement import sink_refusal
 from airflow_kafka_backpressure.sinks import DeltaSink
 from airflow_kafka_backpressure.sinks.parquet import write as parquet_sink
 
@@ -71,7 +71,7 @@ def session(master: str, work: Path, s3: Any, extra: dict[str, str]) -> Any:
     and the ``extra`` settings of ``--conf``."""
     from pyspark.sql import SparkSession
 
-    from airflow_kafka_backpressure.local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
+    from kbp_local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
 
     builder = SparkSession.builder.master(master).appName("kbp-bench-sinks")
     conf = {
@@ -397,7 +397,7 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    from airflow_kafka_backpressure.local.s3 import S3Server
+    from kbp_local.s3 import S3Server
 
     (REPO / ".tmp").mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-sinks-", dir=REPO / ".tmp"))

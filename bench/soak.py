@@ -8,7 +8,7 @@ with probability ``--fault-rate``, its kind drawn from ``--kinds``:
 
 * ``driver_kill``  SIGKILL of the Spark driver JVM mid-batch;
 * ``swap_kill``    SIGKILL of the Airflow task process after the batch's sink swap, before the ledger
-  marked it (the test-only pause point of ``airflow_kafka_backpressure._fault_points``);
+  marked it (the test-only pause point of ``airflow_kafka_backpressure.batch.fault_points``);
 * ``broker_freeze`` the broker SIGSTOPped for ``--freeze-s`` seconds (longer than the timeouts);
 * ``ledger_outage`` the ledger's PostgreSQL stopped for ``--outage-s`` seconds, then restarted;
 * ``cleared_run``  an earlier, finished ingest run cleared (re-run) through the REST API;
@@ -42,11 +42,11 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig  # noqa: E402
 from airflow_kafka_backpressure.ledger import Ledger  # noqa: E402
-from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker  # noqa: E402
-from airflow_kafka_backpressure.local.jars import spark_kafka_conf, write_spark_defaults  # noqa: E402
-from airflow_kafka_backpressure.local.producer import ensure_topic, produce  # noqa: E402
-from airflow_kafka_backpressure.pipeline import PipelineConfig  # noqa: E402
+from kbp_local.apache_kafka import KafkaBroker  # noqa: E402
+from kbp_local.jars import spark_kafka_conf, write_spark_defaults  # noqa: E402
+from kbp_local.producer import ensure_topic, produce  # noqa: E402
 from tests.faults.harness import HarnessError, Standalone, check_pipeline, wait_for, wait_until_consistent  # noqa: E402
 from tests.faults.pause_point import PAUSE_DIR_ENV as PAUSE_AFTER_COMMIT_DIR_ENV  # noqa: E402
 from tests.fixtures_postgres import LocalPostgres  # noqa: E402

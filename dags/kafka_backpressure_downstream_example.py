@@ -17,8 +17,8 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, PartitionedAssetTimetable, task
 
-from airflow_kafka_backpressure.assets import batch_dataset, sink_asset, triggering_batch
-from airflow_kafka_backpressure.pipeline import PIPELINES_FILE_ENV, load_pipelines
+from airflow_kafka_backpressure.config.pipeline import PIPELINES_FILE_ENV, load_pipelines
+from airflow_kafka_backpressure.operators.assets import batch_dataset, sink_asset, triggering_batch
 
 
 def build_downstream_dag(pipeline) -> DAG:

@@ -1,7 +1,7 @@
 """Ingest and replay DAGs for every pipeline in the pipelines file.
 
 The file is ``$KBP_PIPELINES_FILE``, else ``pipelines.json`` beside this file. Each entry is a
-:class:`airflow_kafka_backpressure.pipeline.PipelineConfig` as JSON, e.g.::
+:class:`airflow_kafka_backpressure.config.pipeline.PipelineConfig` as JSON, e.g.::
 
     {"pipelines": [{"name": "demo", "topics": ["demo-events"], "sink": "/data/demo",
                     "batch_interval_s": 30}]}

@@ -198,7 +198,7 @@ fi
 
 # Spark's Kafka connector for the image (SPARK_HOME/jars), from the host's jar cache
 rm -f "$HERE"/jars/*.jar
-cp "$("$PY" -c 'from airflow_kafka_backpressure.local.jars import spark_kafka_jars; print(spark_kafka_jars())')"/*.jar "$HERE/jars/"
+cp "$("$PY" -c 'from kbp_local.jars import spark_kafka_jars; print(spark_kafka_jars())')"/*.jar "$HERE/jars/"
 
 phase "image $KBP_IMAGE"
 docker build --network host -f "$HERE/Dockerfile" --build-arg "BASE_IMAGE=$BASE_IMAGE" \
@@ -208,7 +208,7 @@ docker build --network host -f "$HERE/Dockerfile" --build-arg "BASE_IMAGE=$BASE_
 phase "stand-in images (Apache Kafka from Maven Central's jars, PostgreSQL)"
 mkdir -p "$W/kafka/jars"
 cp "$HERE"/local/kafka/* "$W/kafka/"
-cp "$("$PY" -c 'from airflow_kafka_backpressure.local.jars import kafka_broker_jars; print(kafka_broker_jars())')"/*.jar "$W/kafka/jars/"
+cp "$("$PY" -c 'from kbp_local.jars import kafka_broker_jars; print(kafka_broker_jars())')"/*.jar "$W/kafka/jars/"
 docker build -q --network host --build-arg "BASE_IMAGE=$KBP_IMAGE" -t "$KAFKA_IMAGE" "$W/kafka" > "$W/build-kafka.log" 2>&1 \
     || { cat "$W/build-kafka.log" >&2; die "docker build of $KAFKA_IMAGE failed"; }
 docker build -q --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$POSTGRES_IMAGE" "$HERE/local/postgres" > "$W/build-postgres.log" 2>&1 \

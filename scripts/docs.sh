@@ -7,5 +7,5 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
-.venv/bin/python -m airflow_kafka_backpressure.docs_reference --check
+.venv/bin/python -m airflow_kafka_backpressure.config.reference --check
 .venv/bin/python -m mkdocs build --strict --site-dir .tmp/site

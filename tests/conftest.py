@@ -74,7 +74,7 @@ def spark_kafka_connector() -> str:
     the session, as a cluster's defaults would carry them. spark-submit, the local[2] session, the
     Connect server and the Airflow tasks all read it, so ``reader="auto"`` picks the native reader.
     Returns the folder."""
-    from airflow_kafka_backpressure.local.jars import (
+    from kbp_local.jars import (
         combined_spark_conf,
         spark_avro_conf,
         spark_kafka_conf,
@@ -95,7 +95,7 @@ def spark_kafka_connector() -> str:
         except OSError:  # the other shard was first, with the same content
             shutil.rmtree(partial, ignore_errors=True)
     if _OWN_SPARK_SUBMIT_OPTS and "SharedArchiveFile" not in os.environ["SPARK_SUBMIT_OPTS"]:
-        from airflow_kafka_backpressure.local.apache_kafka import java_binary
+        from kbp_local.apache_kafka import java_binary
         from tests.spark_class_archive import java_home_without_conf_dir, shared_spark_class_archive
 
         java_home = java_home_without_conf_dir(TMP_ROOT, conf_dir, os.path.realpath(java_binary()))
@@ -122,7 +122,7 @@ def kafka_broker(spark_kafka_connector):
     """Apache Kafka (KRaft, one node) on 127.0.0.1 and free ports, for the whole session: a
     PLAINTEXT listener (``bootstrap``) and a SASL/SCRAM-over-TLS one (``secured_bootstrap``; users
     by ``add_scram_user``, client settings by ``secured_client_properties``)."""
-    from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
+    from kbp_local.apache_kafka import KafkaBroker
 
     work = TMP_ROOT / f"kafka-{os.getpid()}"
     yield from served(KafkaBroker(work, secured=True), work)
@@ -136,10 +136,10 @@ def topic_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def s3_server():
-    """SeaweedFS's S3 gateway (:class:`~airflow_kafka_backpressure.local.s3.S3Server`) on 127.0.0.1
+    """SeaweedFS's S3 gateway (:class:`~kbp_local.s3.S3Server`) on 127.0.0.1
     and free ports, with its data under ``.tmp/``, for the whole session; tests take a bucket each
     (``s3_bucket``)."""
-    from airflow_kafka_backpressure.local.s3 import S3Server
+    from kbp_local.s3 import S3Server
 
     work = TMP_ROOT / f"s3-{os.getpid()}"
     yield from served(S3Server(work), work)

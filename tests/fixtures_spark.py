@@ -216,7 +216,7 @@ def spark_standalone() -> Iterator[StandaloneCluster]:
     import uuid
 
     from airflow_kafka_backpressure.engines.environment import pyspark_home, spark_submit_env
-    from airflow_kafka_backpressure.local.broker import stop_session
+    from kbp_local.broker import stop_session
 
     root = _TMP_ROOT / f"spark-standalone-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     java_tmp = root / "java-tmp"
@@ -323,15 +323,15 @@ def spark_standalone() -> Iterator[StandaloneCluster]:
 @pytest.fixture(scope="session")
 def spark_connect(spark_kafka_connector: str) -> Iterator[object]:
     """A Spark Connect server (``local[2]``) on 127.0.0.1 and a free port, for the whole session:
-    the connect engine's embedded default (:class:`~airflow_kafka_backpressure.local.spark_connect.SparkConnectServer`),
+    the connect engine's embedded default (:class:`~kbp_local.spark_connect.SparkConnectServer`),
     with Spark's Kafka connector (the session's spark-defaults) and Delta Lake's jars and SQL
     extension (``local spark-connect --delta``; on the JVM's class path, so the defaults'
     ``spark.jars`` stays as it is), for the Delta sink on the connect engine. Stopped (its whole
     process group) at the end."""
     import uuid
 
-    from airflow_kafka_backpressure.local.jars import spark_delta_conf
-    from airflow_kafka_backpressure.local.spark_connect import SparkConnectServer
+    from kbp_local.jars import spark_delta_conf
+    from kbp_local.spark_connect import SparkConnectServer
     from tests.local_servers import served
 
     root = _TMP_ROOT / f"spark-connect-{os.getpid()}-{uuid.uuid4().hex[:6]}"

@@ -1,4 +1,4 @@
-"""The body of the session fixtures that run a local server (:mod:`airflow_kafka_backpressure.local`)."""
+"""The body of the session fixtures that run a local server (:mod:`kbp_local`)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ checked (any change is accepted, as under ``NONE``): Confluent's JSON Schema rul
 Not served: contexts, modes, metadata and rule sets, schema normalization, references' resolution
 (kept as given), Protobuf. Everything is in memory, for the life of the server. Optional basic
 auth (``401`` / ``40101`` without it, as Confluent's) and TLS (a certificate from
-``airflow_kafka_backpressure.local.tls``). ``requests`` records each request's method, path and
+``kbp_local.tls``). ``requests`` records each request's method, path and
 user, so a test can say what a client asked.
 """
 
@@ -450,7 +450,7 @@ class SchemaRegistryServer:
         server = _HttpServer(("127.0.0.1", 0), _Handler)
         server.owner = self
         if self.tls_dir is not None:
-            from airflow_kafka_backpressure.local.tls import make_server_tls
+            from kbp_local.tls import make_server_tls
 
             tls = make_server_tls(self.tls_dir)
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

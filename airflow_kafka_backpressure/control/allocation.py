@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..models import DataLoss, OffsetRange, TopicPartition
+from airflow_kafka_backpressure.batch.models import DataLoss, OffsetRange, TopicPartition
+
 from .scala import to_long
 
 STARTING_OFFSETS = ("earliest", "latest")

@@ -2,7 +2,7 @@
 
 * ``submit`` (:mod:`.submit`) — a new application per batch through the Spark provider's
   ``SparkSubmitHook`` (client or cluster deploy mode); the spec and the result travel through a
-  hand-off directory under the sink (:mod:`airflow_kafka_backpressure.handoff`).
+  hand-off directory under the sink (:mod:`airflow_kafka_backpressure.batch.handoff`).
 * ``connect`` (:mod:`.connect`) — a Spark Connect client session to a long-lived server; the job's
   code reaches the server through the session's artifacts.
 
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..models import BatchMetrics, JobSpec
+from airflow_kafka_backpressure.batch.models import BatchMetrics, JobSpec
 
 log = logging.getLogger(__name__)
 

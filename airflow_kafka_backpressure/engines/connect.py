@@ -53,7 +53,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..models import BatchMetrics, JobSpec
+from airflow_kafka_backpressure.batch.models import BatchMetrics, JobSpec
+
 from ..spark.job import JobError, run_batch
 from ..spark.session_secrets import write_secrets_file
 from . import BatchJobError, Engine
@@ -236,7 +237,7 @@ class ConnectEngine(Engine):
         key = content_key(_redacted(self.url), plan.pipeline, files=tuple(artifacts))
         unreachable = (
             f"cannot open a Spark Connect session at {_redacted(self.url)}: {{}}. Is the Connect server running "
-            f"and reachable (the connection {{!r}})? python -m airflow_kafka_backpressure.local spark-connect "
+            f"and reachable (the connection {{!r}})? python -m kbp_local spark-connect "
             "starts one on this machine"
         )
         problem = server_unreachable(self.url)

@@ -1,6 +1,6 @@
 """The submit engine: one Spark application per batch, through the Spark provider's SparkSubmitHook.
 
-Every attempt gets a hand-off directory under the sink (:mod:`airflow_kafka_backpressure.handoff`):
+Every attempt gets a hand-off directory under the sink (:mod:`airflow_kafka_backpressure.batch.handoff`):
 the worker writes the spec there (Kafka properties sealed, the key in the driver's environment, see
 below), the driver takes it, runs :func:`~airflow_kafka_backpressure.spark.job.run_batch` and leaves its metrics
 or its error there. Client and cluster deploy mode (YARN, Kubernetes) take the same path, so every
@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any
 
 import airflow_kafka_backpressure as pkg
+from airflow_kafka_backpressure.batch import handoff
+from airflow_kafka_backpressure.batch.models import BatchMetrics, JobSpec
 
-from .. import handoff
-from ..models import BatchMetrics, JobSpec
 from . import BatchJobError, Engine
 from .environment import spark_conf_defaults, spark_defaults, spark_submit_env, work_root
 from .process import child_ids, new_children, stop_processes, with_descendants

@@ -22,10 +22,11 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_kafka_backpressure.batch.models import Adoption, BatchMetrics, BatchPlan, JobSpec, new_token
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+
 from ..engines import ENGINES, Engine, engine_for, supervise
 from ..engines.environment import work_root  # noqa: F401 - where the tests and users find it
-from ..models import Adoption, BatchMetrics, BatchPlan, JobSpec, new_token
-from ..pipeline import PipelineConfig
 
 
 class SparkBatchHook(BaseHook):

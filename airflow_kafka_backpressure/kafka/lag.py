@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from ..models import TopicPartition
+from airflow_kafka_backpressure.batch.models import TopicPartition
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..models import TopicPartition
+from airflow_kafka_backpressure.batch.models import TopicPartition
+
 from .clients import NoAnswer, SaslLoginRefused, new_client, run_within
 from .config import redact, to_kafka_python
 

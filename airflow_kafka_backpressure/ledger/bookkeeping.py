@@ -21,7 +21,8 @@ from typing import Any
 
 from sqlalchemy import BindParameter, Connection, and_, bindparam, func, select, update
 
-from ..models import OffsetRange, TopicPartition
+from airflow_kafka_backpressure.batch.models import OffsetRange, TopicPartition
+
 from .chain import ChainSegment
 from .schema import batch_table, partition_table, range_table
 from .states import DONE_RANGE_STATUSES, LOST

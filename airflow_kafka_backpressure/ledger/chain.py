@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..models import DataLoss, OffsetRange, TopicPartition
+from airflow_kafka_backpressure.batch.models import DataLoss, OffsetRange, TopicPartition
+
 from .states import LOST, PLANNED, LedgerConflict, LedgerError
 
 __all__ = [

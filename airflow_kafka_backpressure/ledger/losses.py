@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection, select
 
-from ..models import DataLoss, OffsetRange
+from airflow_kafka_backpressure.batch.models import DataLoss, OffsetRange
+
 from .chain import subtract_spans
 from .records import BatchLosses, LossRecord
 from .schema import batch_table, loss_table

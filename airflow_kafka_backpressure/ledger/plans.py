@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from sqlalchemy import Connection, select, update
 from sqlalchemy.exc import IntegrityError
 
-from ..models import BatchPlan, DataLoss, OffsetRange, TopicPartition
+from airflow_kafka_backpressure.batch.models import BatchPlan, DataLoss, OffsetRange, TopicPartition
+
 from . import bookkeeping
 from .base import LedgerBase, first_line, now_ms
 from .chain import ChainSegment, chain_segments

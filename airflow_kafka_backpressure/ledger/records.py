@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import BatchPlan, DataLoss, OffsetRange, TopicPartition
+from airflow_kafka_backpressure.batch.models import BatchPlan, DataLoss, OffsetRange, TopicPartition
 
 __all__ = ["BatchLosses", "BatchRecord", "LossRecord", "PruneResult", "RangeRecord"]
 

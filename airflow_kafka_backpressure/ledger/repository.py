@@ -6,7 +6,8 @@ from collections.abc import Iterable
 
 from sqlalchemy import and_, func, or_, select
 
-from ..models import TopicPartition
+from airflow_kafka_backpressure.batch.models import TopicPartition
+
 from . import bookkeeping, retention
 from .base import at_or_now, now_ms
 from .losses import batch_losses

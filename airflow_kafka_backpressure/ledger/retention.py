@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, bindparam, delete, exists, func, select, update
 
-from ..models import TopicPartition
+from airflow_kafka_backpressure.batch.models import TopicPartition
+
 from .chain import PrunableRange, prunable_batches
 from .records import PruneResult
 from .schema import CHAIN_FOREIGN_KEY, batch_table, loss_table, partition_table, range_table

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select, update
 
-from ..models import DataLoss, OffsetRange
+from airflow_kafka_backpressure.batch.models import DataLoss, OffsetRange
+
 from . import bookkeeping
 from .base import LedgerBase, at_or_now
 from .chain import check_losses_inside

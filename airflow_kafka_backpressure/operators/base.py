@@ -1,7 +1,7 @@
 """The base of every operator of a pipeline: its connections as template fields, its hooks as cached
 properties — the shape of the official Kafka and Spark providers' operators.
 
-A pipeline (:class:`~airflow_kafka_backpressure.pipeline.PipelineConfig`) names its connections and
+A pipeline (:class:`~airflow_kafka_backpressure.config.pipeline.PipelineConfig`) names its connections and
 topics; an operator may override them per task, with Jinja (``"{{ var.value.kafka_conn }}"``). The
 rendered values are what :attr:`PipelineOperator.pipeline` holds inside ``execute()``.
 """
@@ -15,10 +15,11 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+
 from ..hooks.kafka_offsets import KafkaOffsetsHook
 from ..hooks.ledger import LedgerHook
 from ..ledger import Ledger
-from ..pipeline import PipelineConfig
 
 
 class PipelineOperator(BaseOperator):

@@ -25,14 +25,15 @@ from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 
-from .._fault_points import after_commit
-from ..assets import batch_event_extra, emit_batch_events, sink_asset
+from airflow_kafka_backpressure.batch.fault_points import after_commit
+from airflow_kafka_backpressure.batch.models import Adoption, BatchMetrics, BatchPlan, OffsetRange
+from airflow_kafka_backpressure.config.pipeline import DEFAULT_LEASE_S as LEASE_S
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+from airflow_kafka_backpressure.operators.assets import batch_event_extra, emit_batch_events, sink_asset
+from airflow_kafka_backpressure.operators.lineage import batch_lineage
+
 from ..hooks.spark_batch import SparkBatchHook
 from ..ledger import LeaseLost, Ledger, new_attempt_token
-from ..lineage import batch_lineage
-from ..models import Adoption, BatchMetrics, BatchPlan, OffsetRange
-from ..pipeline import DEFAULT_LEASE_S as LEASE_S
-from ..pipeline import PipelineConfig
 from ..sinks import sink_format_for
 from .base import PipelineOperator
 from .common import sink_commit_lock

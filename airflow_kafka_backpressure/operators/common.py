@@ -13,16 +13,17 @@ from typing import Any
 
 from airflow.sdk import Variable
 
-from ..config import ControllerSettings, parse_settings, settings_help
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+from airflow_kafka_backpressure.config.settings import ControllerSettings, parse_settings, settings_help
+from airflow_kafka_backpressure.ledger.topic_identity import changed_topics
+
 from ..control.controller import ControllerStateError, PipelineController
 from ..hooks.kafka_offsets import KafkaOffsetsHook
 from ..hooks.ledger import LedgerHook
 from ..kafka.offsets import KafkaOffsets
 from ..ledger import Ledger
 from ..ledger.locks import ledger_lock
-from ..pipeline import PipelineConfig
 from ..sinks import commit_lock_name, sink_format_for
-from ..topic_identity import changed_topics
 
 log = logging.getLogger(__name__)
 

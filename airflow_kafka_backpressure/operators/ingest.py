@@ -7,9 +7,10 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from airflow_kafka_backpressure.batch.models import BatchMetrics, BatchPlan
+from airflow_kafka_backpressure.ledger.topic_identity import changed_topics, reset_refusal
+
 from ..ledger import PLANNED, InvalidTransition
-from ..models import BatchMetrics, BatchPlan
-from ..topic_identity import changed_topics, reset_refusal
 from .batch import BatchRunningOperator
 from .common import load_executor_target, load_settings
 from .plan import TopicResetError

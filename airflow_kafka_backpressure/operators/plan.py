@@ -7,16 +7,17 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from .._fault_points import after_plan
+from airflow_kafka_backpressure.batch.fault_points import after_plan
+from airflow_kafka_backpressure.batch.models import TopicPartition
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+from airflow_kafka_backpressure.config.sink_placement import sink_refusal
+from airflow_kafka_backpressure.ledger.topic_identity import archived_name, changed_topics, reset_refusal
+
 from ..control.allocation import plan_ranges, starting_positions
 from ..control.controller import PlanDecision, Waiting, wait_for_data
 from ..control.cost_mode import ARRIVAL_WINDOW_PLANS, PlanInputs, arrival_rate
 from ..hooks.spark_batch import SparkBatchHook
 from ..ledger import Ledger
-from ..models import TopicPartition
-from ..pipeline import PipelineConfig
-from ..sink_placement import sink_refusal
-from ..topic_identity import archived_name, changed_topics, reset_refusal
 from .base import PipelineOperator
 from .common import (
     load_controller,

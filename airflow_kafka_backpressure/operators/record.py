@@ -8,9 +8,10 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from airflow_kafka_backpressure.batch.models import RETURN_VALUE_KEY, BatchMetrics, BatchPlan
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+
 from ..ledger import Ledger
-from ..models import RETURN_VALUE_KEY, BatchMetrics, BatchPlan
-from ..pipeline import PipelineConfig
 from .base import PipelineOperator
 from .common import (
     commit_progress,

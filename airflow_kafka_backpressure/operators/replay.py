@@ -8,11 +8,12 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_kafka_backpressure.batch.models import Adoption, BatchMetrics
+from airflow_kafka_backpressure.config.pipeline import DEFAULT_STALE_AFTER_S, PipelineConfig
+from airflow_kafka_backpressure.ledger.replay_decision import retention_decision, trimmed_plan
+from airflow_kafka_backpressure.ledger.topic_identity import RESET_REASON, topic_reset_decision
+
 from ..ledger import BatchRecord, LeaseLost
-from ..models import Adoption, BatchMetrics
-from ..pipeline import DEFAULT_STALE_AFTER_S, PipelineConfig
-from ..replay_decision import retention_decision, trimmed_plan
-from ..topic_identity import RESET_REASON, topic_reset_decision
 from .batch import BatchRunningOperator
 from .common import as_pipeline, commit_progress, load_executor_target, load_settings
 

@@ -6,8 +6,9 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+
 from ..ledger import SUCCEEDED
-from ..pipeline import PipelineConfig
 from .base import PipelineOperator
 from .common import (
     load_controller,

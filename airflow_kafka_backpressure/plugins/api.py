@@ -25,7 +25,8 @@ from typing import Any
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from ..pipeline import DEFAULT_STALE_AFTER_S
+from airflow_kafka_backpressure.config.pipeline import DEFAULT_STALE_AFTER_S
+
 from . import page as page_html
 from . import views
 from .auth import authenticated_user, require_pipeline

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException
 
-from ..config import parse_settings
+from airflow_kafka_backpressure.config.pipeline import PIPELINES_FILE_ENV, PipelineConfig, load_pipelines
+from airflow_kafka_backpressure.config.settings import parse_settings
+
 from ..control.modes import REGISTRY as MODES
 from ..control.scaling import SCALING_DOWN_RATIO, SCALING_UP_RATIO
 from ..kafka.lag import measure_lag
-from ..pipeline import PIPELINES_FILE_ENV, PipelineConfig, load_pipelines
 from .auth import can_read_pipeline, can_read_variable, ingest_dag_id
 from .internals import redact_variable
 

@@ -6,9 +6,10 @@ from typing import Any
 
 from airflow.sdk import Context, PokeReturnValue
 
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+
 from ..operators.common import as_pipeline, ledger_for
 from ..operators.replay import replay_backoff_base_ms, stale_before_ms
-from ..pipeline import PipelineConfig
 from .deferrable import DeferrablePollingSensor
 
 

@@ -7,8 +7,9 @@ from typing import Any
 
 from airflow.sdk import Context, PokeReturnValue
 
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+
 from ..kafka.lag import LagThresholds
-from ..pipeline import PipelineConfig
 from .deferrable import DeferrablePollingSensor
 
 

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from airflow_kafka_backpressure.batch.models import BatchPlan
+
 from ..control.cost import CostFit, CostObservation, fit_cost
-from ..models import BatchPlan
 from .simulate import DEFAULT_SCHEDULER_LATENCY_S, ArrivalProfile, CapacityProfile, Scenario
 
 #: Batch statuses whose metrics measured a real job.

@@ -1,4 +1,4 @@
-"""The shipped simulator scenarios (``python -m airflow_kafka_backpressure.simulate --list``) and
+"""The shipped simulator scenarios (``python -m airflow_kafka_backpressure.sim --list``) and
 the bench's criteria for them (``bench/controller.py``; the unit tests assert the same).
 
 Load is stated against the capacity of runs that start on schedule and end within the interval.

@@ -34,11 +34,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from airflow_kafka_backpressure.batch.models import TopicPartition
+
 from ..control.allocation import RateLimits, plan_ranges
 from ..control.controller import PipelineController
 from ..control.cost_mode import CostParams, PlanInputs, arrival_rate
 from ..control.pid import PIDRateEstimator
-from ..models import TopicPartition
 
 
 class ControllerSettings(Protocol):

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..models import JobSpec, OffsetRange, TopicPartition
+from airflow_kafka_backpressure.batch.models import JobSpec, OffsetRange, TopicPartition
 
 
 class SinkFormatError(RuntimeError):

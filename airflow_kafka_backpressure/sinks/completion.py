@@ -21,7 +21,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from airflow_kafka_backpressure.models import OffsetRange, TopicPartition
+from airflow_kafka_backpressure.batch.models import OffsetRange, TopicPartition
 from airflow_kafka_backpressure.storage import Location, location
 
 

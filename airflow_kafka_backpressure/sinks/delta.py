@@ -68,7 +68,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from ..models import OffsetRange
+from airflow_kafka_backpressure.batch.models import OffsetRange
+
 from .base import SinkFenced, SinkFormatError
 from .table import BatchCommit, TableFormat, same_batch_offsets
 

@@ -27,7 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..models import JobSpec, OffsetRange, TopicPartition
+from airflow_kafka_backpressure.batch.models import JobSpec, OffsetRange, TopicPartition
+
 from .base import BatchSource, BatchWrite, CommittedBatch, SinkFormat, SinkFormatError, ranges_read
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.sinks.completion import record_read_completion
 from airflow_kafka_backpressure.spark.range_split import group_pieces, split_ranges
 from airflow_kafka_backpressure.spark.session_secrets import with_session_secrets

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_kafka_backpressure.batch.models import JobSpec, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.kafka.clients import NoAnswer, new_client, run_within
 from airflow_kafka_backpressure.kafka.config import KafkaConfigError, to_kafka_python
 from airflow_kafka_backpressure.kafka.offsets import WATCHDOG_GRACE_S
-from airflow_kafka_backpressure.models import JobSpec, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.spark.errors import JobError
 
 DEFAULT_BOOTSTRAP_TIMEOUT_MS = 20_000

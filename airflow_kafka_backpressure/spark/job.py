@@ -16,7 +16,7 @@ one of :data:`~airflow_kafka_backpressure.sinks.SINK_FORMATS`):
 4. commit it by the format's write (:meth:`~..sinks.SinkFormat.begin`: the Parquet directory's
    staging directory and swap, a Delta transaction, …) — or, with the ``arrow`` writer (a format
    that :attr:`~..sinks.SinkFormat.takes_arrow_writer`), the reading tasks write the files;
-5. return :class:`~airflow_kafka_backpressure.models.BatchMetrics` from what the format committed.
+5. return :class:`~airflow_kafka_backpressure.batch.models.BatchMetrics` from what the format committed.
 
 Metrics: ``records``/``bytes`` and per-partition counts are of the records read, as the format
 counted them (the Python reader's completion records, Spark's own counts as it writes, a persisted
@@ -25,7 +25,7 @@ have consumed them) are counted with a second read. ``executors`` is the number 
 executors that read the batch's ranges (1 in local mode).
 
 As a program (``spark-submit job.py --spec <URI>``) it reads the spec from the submit engine's
-hand-off directory (:mod:`airflow_kafka_backpressure.handoff`), deletes it, runs the batch and leaves
+hand-off directory (:mod:`airflow_kafka_backpressure.batch.handoff`), deletes it, runs the batch and leaves
 ``metrics.json`` or ``error.json`` next to it; it also prints ``KBP_ERROR <message>`` on stderr and
 exits 1 on failure (2 for an unreadable spec). This module never imports Airflow and launches
 nothing: the executors import ``airflow_kafka_backpressure`` from the zip the engine ships.
@@ -44,8 +44,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from airflow_kafka_backpressure import handoff
-from airflow_kafka_backpressure.models import (
+from airflow_kafka_backpressure.batch import handoff
+from airflow_kafka_backpressure.batch.models import (
     DEFAULT_WRITER,
     BatchMetrics,
     JobSpec,

@@ -54,10 +54,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from airflow_kafka_backpressure.batch_options import (  # declared with the pipeline's reader_options
+from airflow_kafka_backpressure.batch.models import OffsetRange
+from airflow_kafka_backpressure.batch.options import (  # declared with the pipeline's reader_options
     DEFAULT_MAX_RECORDS_PER_PARTITION as DEFAULT_MAX_RECORDS_PER_PARTITION,
 )
-from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.sinks.completion import record_read_completion
 from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA
 from airflow_kafka_backpressure.spark.range_clients import (

@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from airflow_kafka_backpressure.handoff import LAUNCHER_PID_ENV, SCRATCH_DIR_ENV
+from airflow_kafka_backpressure.batch.handoff import LAUNCHER_PID_ENV, SCRATCH_DIR_ENV
 from airflow_kafka_backpressure.storage import Location
 
 log = logging.getLogger(__name__)

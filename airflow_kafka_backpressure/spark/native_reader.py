@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
+from airflow_kafka_backpressure.batch.models import JobSpec
 from airflow_kafka_backpressure.kafka.config import KafkaConfigError, to_spark_kafka_options
-from airflow_kafka_backpressure.models import JobSpec
 from airflow_kafka_backpressure.spark.errors import JobError
 from airflow_kafka_backpressure.spark.reader_base import Reader
 from airflow_kafka_backpressure.spark.session_secrets import plan_properties

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from airflow_kafka_backpressure.models import JobSpec
+from airflow_kafka_backpressure.batch.models import JobSpec
 from airflow_kafka_backpressure.sinks import data_sources as registry
 from airflow_kafka_backpressure.spark.reader_base import Reader
 from airflow_kafka_backpressure.spark.session_secrets import plan_properties

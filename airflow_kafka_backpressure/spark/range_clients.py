@@ -31,14 +31,15 @@ from typing import Any, NamedTuple, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_kafka_backpressure.batch.models import OffsetRange
+
 # the clients are declared with the pipeline's reader_options; CLIENTS and DEFAULT_CLIENT are
 # re-exported for the reader's modules
-from airflow_kafka_backpressure.batch_options import CLIENT_AUTO, CLIENT_CONFLUENT, CLIENT_KAFKA_PYTHON
-from airflow_kafka_backpressure.batch_options import CLIENTS as CLIENTS
-from airflow_kafka_backpressure.batch_options import DEFAULT_CLIENT as DEFAULT_CLIENT
+from airflow_kafka_backpressure.batch.options import CLIENT_AUTO, CLIENT_CONFLUENT, CLIENT_KAFKA_PYTHON
+from airflow_kafka_backpressure.batch.options import CLIENTS as CLIENTS
+from airflow_kafka_backpressure.batch.options import DEFAULT_CLIENT as DEFAULT_CLIENT
 from airflow_kafka_backpressure.kafka.clients import new_client
 from airflow_kafka_backpressure.kafka.config import to_confluent, to_kafka_python
-from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.spark.kafka_arrow import kafka_record_batch
 
 READER_CLIENT_ID = "kbp-range-reader"

@@ -27,10 +27,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_kafka_backpressure.batch_options import (
+from airflow_kafka_backpressure.batch.models import OffsetRange
+from airflow_kafka_backpressure.batch.options import (
     DEFAULT_ARROW_BATCH_ROWS as DEFAULT_ARROW_BATCH_ROWS,
 )
-from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA, key_value_bytes
 from airflow_kafka_backpressure.spark.range_clients import (
     CLIENTS,

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.control.scala import scala_round
-from airflow_kafka_backpressure.models import OffsetRange
 
 
 def split_evenly(r: OffsetRange, parts: int) -> list[OffsetRange]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from airflow_kafka_backpressure.models import JobSpec
+from airflow_kafka_backpressure.batch.models import JobSpec
 
 
 class Reader(ABC):

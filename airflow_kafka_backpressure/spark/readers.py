@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_kafka_backpressure.models import JobSpec
+from airflow_kafka_backpressure.batch.models import JobSpec
 from airflow_kafka_backpressure.spark.errors import JobError
 from airflow_kafka_backpressure.spark.native_reader import (
     NATIVE_FETCH_DEFAULTS,

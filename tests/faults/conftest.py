@@ -21,12 +21,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.ledger import Ledger
-from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
-from airflow_kafka_backpressure.local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
-from airflow_kafka_backpressure.local.producer import ensure_topic, produce
-from airflow_kafka_backpressure.local.s3 import S3Server
-from airflow_kafka_backpressure.pipeline import PipelineConfig
+from kbp_local.apache_kafka import KafkaBroker
+from kbp_local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
+from kbp_local.producer import ensure_topic, produce
+from kbp_local.s3 import S3Server
 from tests.faults.pause_point import PAUSE_DIR_ENV as PAUSE_AFTER_COMMIT_DIR_ENV
 
 from ..fixtures_postgres import LocalPostgres, PostgresUnavailable

@@ -38,12 +38,12 @@ from typing import Any
 import psutil
 import requests
 
+from airflow_kafka_backpressure.batch.models import TopicPartition
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.engines.process import stop_processes
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
 from airflow_kafka_backpressure.ledger import Ledger
-from airflow_kafka_backpressure.local.broker import free_port
-from airflow_kafka_backpressure.models import TopicPartition
-from airflow_kafka_backpressure.pipeline import PipelineConfig
+from kbp_local.broker import free_port
 
 from .pause_point import INJECT_DIR
 

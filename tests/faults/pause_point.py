@@ -1,5 +1,5 @@
 """The fault suite's pause after the sink commit, registered on the product's seam
-(:mod:`airflow_kafka_backpressure._fault_points`) by ``inject/sitecustomize.py`` in the processes
+(:mod:`airflow_kafka_backpressure.batch.fault_points`) by ``inject/sitecustomize.py`` in the processes
 the suite starts (``PYTHONPATH``), never by the product.
 
 It does something only when ``$KBP_TEST_PAUSE_AFTER_COMMIT_DIR`` is set **and** a test armed it by
@@ -49,7 +49,7 @@ def pause_after_plan(pipeline: str, batch_id: int) -> None:
 
 def install() -> None:
     """Register the pauses on the product's seams (once per process)."""
-    from airflow_kafka_backpressure import _fault_points
+    from airflow_kafka_backpressure.batch import fault_points as _fault_points
 
     if pause_after_commit not in _fault_points._AFTER_COMMIT:
         _fault_points.on_after_commit(pause_after_commit)

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 import pytest
 
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
-from airflow_kafka_backpressure.local.producer import ensure_topic, produce
+from kbp_local.producer import ensure_topic, produce
 
 from .conftest import PARTITIONS, RECOVER_TIMEOUT_S, STEP_TIMEOUT_S
 from .harness import IN_FLIGHT, HarnessError, lost_offsets, wait_for

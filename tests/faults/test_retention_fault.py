@@ -8,7 +8,7 @@ while a flag file exists), the replay DAG finds the lost offsets, records them (
 
 from __future__ import annotations
 
-from airflow_kafka_backpressure.models import TopicPartition
+from airflow_kafka_backpressure.batch.models import TopicPartition
 
 from ..integration.kafka_samples import delete_records
 from .conftest import PARTITIONS, STEP_TIMEOUT_S

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_kafka_backpressure.pipeline import PipelineConfig
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_FILE = REPO / "dags" / "kafka_backpressure_pipelines.py"
@@ -140,7 +140,7 @@ def pipeline_maker(
     function that installs a pipeline (defaults + overrides) as the shipped DAG file's pipelines
     file and returns it with its ledger."""
     from airflow_kafka_backpressure.ledger import Ledger
-    from airflow_kafka_backpressure.local.producer import ensure_topic
+    from kbp_local.producer import ensure_topic
 
     ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
     set_connections(
@@ -213,7 +213,7 @@ def fail_replay_then_ingest(
     40 records produced, ingest run 0 fails while ``flag`` exists (``after_failure()`` is called
     then), the replay DAG re-runs the batch, 20 more records and ingest run 1 succeeds. Returns the
     three runs (ids 0..59 in the sink, in batches 1 and 2)."""
-    from airflow_kafka_backpressure.local.producer import produce
+    from kbp_local.producer import produce
 
     produce(bootstrap, p.topics[0], count=40, partitions=4)
     flag.touch()

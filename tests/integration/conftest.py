@@ -15,7 +15,7 @@ def delta_spark(spark_work_dir: Path, s3_server):
     path (``extraClassPath``: nothing copied), for one test module; its JVM ends with the module."""
     from pyspark import SparkContext
 
-    from airflow_kafka_backpressure.local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
+    from kbp_local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
     from tests.fixtures_spark import local_session
 
     if SparkContext._active_spark_context is not None:

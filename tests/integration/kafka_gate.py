@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psutil
 
-from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
-from airflow_kafka_backpressure.local.broker import free_port
+from kbp_local.apache_kafka import KafkaBroker
+from kbp_local.broker import free_port
 
 FETCH = 1
 

@@ -54,8 +54,8 @@ def consumer_group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], 
     ``kafka-consumer-groups.sh --describe`` prints them (its class, run from the broker's jars)."""
     import subprocess
 
-    from airflow_kafka_backpressure.local.apache_kafka import java_binary
-    from airflow_kafka_backpressure.local.jars import jar_paths, kafka_broker_jars
+    from kbp_local.apache_kafka import java_binary
+    from kbp_local.jars import jar_paths, kafka_broker_jars
 
     out = subprocess.run(
         [

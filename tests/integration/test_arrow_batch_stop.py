@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from airflow_kafka_backpressure.local.producer import produce
+from kbp_local.producer import produce
 
 from . import airflow_harness as af
 from .kafka_gate import GatedBroker

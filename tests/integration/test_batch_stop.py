@@ -29,8 +29,8 @@ import pytest
 
 from airflow_kafka_backpressure.hooks.spark_batch import work_root
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
-from airflow_kafka_backpressure.local.producer import produce
 from airflow_kafka_backpressure.sinks.parquet.commit import leftovers
+from kbp_local.producer import produce
 
 from . import airflow_harness as af
 from .test_pipeline_e2e import airflow_db, make_pipeline, sink_ids  # noqa: F401 - fixtures
@@ -265,8 +265,8 @@ def test_connect_batches_share_a_kept_session_and_a_closed_one_is_replaced(
 TASK_PROCESS = """
 import json, sys
 from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
-from airflow_kafka_backpressure.models import BatchPlan
-from airflow_kafka_backpressure.pipeline import load_pipelines
+from airflow_kafka_backpressure.batch.models import BatchPlan
+from airflow_kafka_backpressure.config.pipeline import load_pipelines
 [p] = [p for p in load_pipelines() if p.name == sys.argv[1]]
 SparkBatchHook.for_pipeline(p).run(BatchPlan.from_dict(json.loads(sys.argv[2])), 1, {"bootstrap.servers": sys.argv[3]})
 """
@@ -282,7 +282,7 @@ def test_a_task_process_killed_outright_takes_its_spark_application_with_it(engi
     import subprocess
     import sys
 
-    from airflow_kafka_backpressure.models import OffsetRange
+    from airflow_kafka_backpressure.batch.models import OffsetRange
 
     _, _, make, flag = engine_setup
     p, ledger = make(

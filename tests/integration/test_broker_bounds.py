@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import OffsetRange, TopicPartition
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets, KafkaUnavailableError
 from airflow_kafka_backpressure.ledger import Ledger
-from airflow_kafka_backpressure.local.apache_kafka import KafkaBroker
-from airflow_kafka_backpressure.local.producer import ensure_topic, produce
-from airflow_kafka_backpressure.models import OffsetRange, TopicPartition
 from airflow_kafka_backpressure.operators.common import commit_progress
-from airflow_kafka_backpressure.pipeline import PipelineConfig
+from kbp_local.apache_kafka import KafkaBroker
+from kbp_local.producer import ensure_topic, produce
 
 TIMEOUT_S = 2.0
 #: How long the test waits for a call to come back before calling it hung. Far above the bound

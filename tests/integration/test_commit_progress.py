@@ -3,12 +3,12 @@ unfinished range."""
 
 from __future__ import annotations
 
+from airflow_kafka_backpressure.batch.models import OffsetRange, TopicPartition
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
 from airflow_kafka_backpressure.ledger import Ledger
-from airflow_kafka_backpressure.local.producer import ensure_topic, produce
-from airflow_kafka_backpressure.models import OffsetRange, TopicPartition
 from airflow_kafka_backpressure.operators.common import commit_progress
-from airflow_kafka_backpressure.pipeline import PipelineConfig
+from kbp_local.producer import ensure_topic, produce
 
 
 def test_commits_move_forward_only_and_stop_at_unfinished_ranges(kafka_broker, topic_name, tmp_path):

@@ -37,7 +37,7 @@ import statistics
 
 import pytest
 
-from airflow_kafka_backpressure.local.producer import produce
+from kbp_local.producer import produce
 
 from . import airflow_harness as af
 

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from airflow_kafka_backpressure.config import parse_settings
+from airflow_kafka_backpressure.config.settings import parse_settings
 from airflow_kafka_backpressure.control.controller import PipelineController
 from airflow_kafka_backpressure.control.cost_mode import PlanInputs, arrival_rate
-from airflow_kafka_backpressure.local.producer import produce
+from kbp_local.producer import produce
 
 from . import airflow_harness as af
 
@@ -100,7 +100,7 @@ def sink_events(p) -> list[str]:
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
 
-    from airflow_kafka_backpressure.assets import sink_asset_name
+    from airflow_kafka_backpressure.operators.assets import sink_asset_name
 
     with create_session() as session:
         asset = session.query(AssetModel).filter_by(name=sink_asset_name(p.name)).one_or_none()

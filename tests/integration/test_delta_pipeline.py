@@ -21,9 +21,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_kafka_backpressure.assets import batch_dataset
-from airflow_kafka_backpressure.local.producer import produce
-from airflow_kafka_backpressure.models import TopicPartition
+from airflow_kafka_backpressure.batch.models import TopicPartition
+from airflow_kafka_backpressure.operators.assets import batch_dataset
+from kbp_local.producer import produce
 
 from . import airflow_harness as af
 from .test_pipeline_e2e import committed
@@ -37,7 +37,7 @@ def airflow_db():
 def delta_conf() -> dict[str, str]:
     """Delta's SQL extension and jars for each batch, beside the Kafka connector the session's
     spark-defaults name (``spark.jars`` given to spark-submit replaces the defaults' value)."""
-    from airflow_kafka_backpressure.local.jars import combined_spark_conf, spark_delta_conf, spark_kafka_conf
+    from kbp_local.jars import combined_spark_conf, spark_delta_conf, spark_kafka_conf
 
     return combined_spark_conf(spark_kafka_conf(), spark_delta_conf())
 
@@ -46,7 +46,7 @@ def delta_s3a_conf(server: Any) -> dict[str, str]:
     """Delta and Hadoop's S3A for each batch, both on the JVMs' class path (``extraClassPath``:
     the ~650 MB AWS SDK bundle is not copied into every application's scratch folder), as a
     cluster's image would carry them; the Kafka connector stays in the session's spark-defaults."""
-    from airflow_kafka_backpressure.local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
+    from kbp_local.jars import combined_spark_conf, spark_delta_conf, spark_s3a_conf
 
     return combined_spark_conf(
         spark_delta_conf(jars="extraClassPath"), spark_s3a_conf(server, jars="extraClassPath")

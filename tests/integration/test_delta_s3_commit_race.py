@@ -24,11 +24,11 @@ from typing import Any
 import pyarrow.fs as pafs
 import pytest
 
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.ledger import Ledger
 from airflow_kafka_backpressure.ledger.locks import ledger_lock
 from airflow_kafka_backpressure.ledger.states import LedgerUnavailable
-from airflow_kafka_backpressure.local.producer import produce
-from airflow_kafka_backpressure.models import OffsetRange
+from kbp_local.producer import produce
 
 from . import airflow_harness as af
 from .s3_put_barrier import PutBarrier

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from pyarrow.fs import FileSelector
 
-from airflow_kafka_backpressure.local.jars import jar_paths
-from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.sinks import (
     SINK_FORMATS,
     BatchCommit,
@@ -28,6 +27,7 @@ from airflow_kafka_backpressure.sinks import (
     sink_format_for,
 )
 from airflow_kafka_backpressure.sinks.delta import BATCH_COLUMN, PIPELINE_COLUMN
+from kbp_local.jars import jar_paths
 
 PIPELINE = "orders"
 
@@ -94,7 +94,7 @@ def batch_commits(spark, table: str, batch_id: int) -> list[dict]:
 
 
 def test_the_delta_jars_are_delta_spark_and_delta_storage_without_what_pyspark_ships():
-    from airflow_kafka_backpressure.local.jars import (
+    from kbp_local.jars import (
         artifact_name,
         delta_jars,
         delta_version,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_backpressure.models import Adoption, BatchPlan, JobSpec, OffsetRange
+from airflow_kafka_backpressure.batch.models import Adoption, BatchPlan, JobSpec, OffsetRange
 from airflow_kafka_backpressure.sinks import DeltaSink
 from airflow_kafka_backpressure.spark.job import adopt_committed, run_batch
 
@@ -93,7 +93,7 @@ def test_a_transform_runs_once_per_batch(delta_spark, kafka_broker, topic_name, 
     """The transform keeps each record on its first evaluation only (as a non-deterministic one
     differs between runs) and leaves a marker per evaluated record. Counted and written from the
     same computed rows, every record lands and each was evaluated once."""
-    from airflow_kafka_backpressure.local.producer import ensure_topic, produce
+    from kbp_local.producer import ensure_topic, produce
 
     ensure_topic(kafka_broker.bootstrap, topic_name, 4)
     produce(kafka_broker.bootstrap, topic_name, count=40, partitions=4)

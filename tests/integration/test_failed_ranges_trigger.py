@@ -8,8 +8,8 @@ import json
 import threading
 import time
 
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.ledger import Ledger
-from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.triggers.failed_ranges import FailedRangesTrigger
 
 

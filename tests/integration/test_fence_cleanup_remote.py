@@ -50,7 +50,7 @@ def _free_port() -> int:
 def hdfs_url() -> Iterator[str]:
     """``hdfs://127.0.0.1:<port>`` of a MiniDFSCluster (1 DataNode) for this module; its data under
     ``.tmp/``; stopped by its PID at the end."""
-    from airflow_kafka_backpressure.local.jars import bundle, jar_paths, pyspark_hadoop_version
+    from kbp_local.jars import bundle, jar_paths, pyspark_hadoop_version
 
     # MiniDFSCluster, run by MiniHadoopClusterManager, with the Hadoop client jars (~105 MB, cached)
     coordinates = f"org.apache.hadoop:hadoop-client-minicluster:{pyspark_hadoop_version()}"

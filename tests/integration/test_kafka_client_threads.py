@@ -10,10 +10,10 @@ import time
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import TopicPartition
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets, KafkaUnavailableError
-from airflow_kafka_backpressure.local.broker import free_port, metadata_ok
-from airflow_kafka_backpressure.local.producer import ensure_topic, produce
-from airflow_kafka_backpressure.models import TopicPartition
+from kbp_local.broker import free_port, metadata_ok
+from kbp_local.producer import ensure_topic, produce
 
 ATTEMPTS = 3
 

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import JobSpec, TopicPartition
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
-from airflow_kafka_backpressure.local.producer import produce
-from airflow_kafka_backpressure.models import JobSpec, TopicPartition
 from airflow_kafka_backpressure.spark.job import JobError, run_batch
 from airflow_kafka_backpressure.spark.readers import native_options
+from kbp_local.producer import produce
 
 from .test_reader_agreement import sink_rows
 from .test_spark_job import make_spec

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import TopicPartition
 from airflow_kafka_backpressure.hooks.kafka_offsets import KafkaOffsetsHook
-from airflow_kafka_backpressure.local.producer import ensure_topic, produce
-from airflow_kafka_backpressure.models import TopicPartition
+from kbp_local.producer import ensure_topic, produce
 
 from . import airflow_harness as af
 
@@ -163,7 +163,7 @@ def test_retention_risk_from_the_offsets_the_broker_reports(lag_dag):
 
 
 def test_an_unreachable_broker_fails_the_deferred_sensor_with_the_connection_named(lag_dag, monkeypatch):
-    from airflow_kafka_backpressure.local.broker import free_port
+    from kbp_local.broker import free_port
 
     run, *_ = lag_dag
     monkeypatch.setenv(

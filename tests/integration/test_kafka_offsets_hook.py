@@ -7,11 +7,11 @@ import re
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import TopicPartition
 from airflow_kafka_backpressure.kafka.config import KafkaConfigError
 from airflow_kafka_backpressure.kafka.offsets import KafkaUnavailableError, TopicNotFoundError
-from airflow_kafka_backpressure.local.broker import free_port
-from airflow_kafka_backpressure.local.producer import ensure_topic, produce
-from airflow_kafka_backpressure.models import TopicPartition
+from kbp_local.broker import free_port
+from kbp_local.producer import ensure_topic, produce
 from tests.faults.harness import wait_for
 
 

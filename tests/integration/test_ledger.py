@@ -14,13 +14,13 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 import airflow_kafka_backpressure.ledger.plans as plans_mod
+from airflow_kafka_backpressure.batch.models import BatchPlan, DataLoss, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.ledger import (
     InvalidTransition,
     Ledger,
     LedgerConflict,
     UnknownBatch,
 )
-from airflow_kafka_backpressure.models import BatchPlan, DataLoss, OffsetRange, TopicPartition
 from tests.integration.ledger_dbs import ledger, ledger_url, with_ledgers_at_once  # noqa: F401 (fixtures)
 
 P = "orders"

@@ -9,8 +9,8 @@ import re
 import pytest
 from sqlalchemy import event, text
 
+from airflow_kafka_backpressure.batch.models import DataLoss, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.ledger import InvalidTransition, Ledger
-from airflow_kafka_backpressure.models import DataLoss, OffsetRange, TopicPartition
 from tests.integration.ledger_dbs import ledger, ledger_url  # noqa: F401 (fixtures)
 
 P, T = "orders", "events"

@@ -15,8 +15,8 @@ import traceback
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.ledger import Ledger, LedgerError, LedgerUnavailable
-from airflow_kafka_backpressure.models import OffsetRange
 from tests.integration.ledger_dbs import new_database  # noqa: F401 (fixture)
 
 P, T = "orders", "events"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import DataLoss, OffsetRange
 from airflow_kafka_backpressure.ledger import InvalidTransition, LeaseLost, Ledger, new_attempt_token
-from airflow_kafka_backpressure.models import DataLoss, OffsetRange
 from tests.integration.ledger_dbs import ledger, ledger_url, with_ledgers_at_once  # noqa: F401 (fixtures)
 
 P, T = "orders", "events"

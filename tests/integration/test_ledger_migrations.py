@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import IntegrityError
 
+from airflow_kafka_backpressure.batch.models import BatchPlan, DataLoss, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.ledger import Ledger, LedgerError, metadata
 from airflow_kafka_backpressure.ledger.migrate import BASELINE_REVISION, VERSION_TABLE, head_revision
-from airflow_kafka_backpressure.models import BatchPlan, DataLoss, OffsetRange, TopicPartition
 from tests.integration.ledger_dbs import describe_schema, new_database, run_ddl, with_ledgers_at_once  # noqa: F401
 from tests.integration.ledger_v0_ddl import DDL
 

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
+from airflow_kafka_backpressure.batch.models import DataLoss, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.ledger import InvalidTransition, Ledger, LedgerConflict, LedgerError
-from airflow_kafka_backpressure.models import DataLoss, OffsetRange, TopicPartition
 from tests.integration.ledger_dbs import ledger, ledger_url  # noqa: F401 (fixtures)
 
 P, T = "orders", "events"
@@ -299,8 +299,8 @@ def test_recorded_losses_outlive_their_pruned_batches_until_their_own_retention(
 def test_the_record_task_keeps_losses_for_ledger_keep_losses_days(ledger: Ledger):
     """The record task's retention (``ledger_keep_batches``, and ``ledger_keep_losses_days`` for
     recorded losses), run by the real operator against the real ledger."""
+    from airflow_kafka_backpressure.config.pipeline import PipelineConfig
     from airflow_kafka_backpressure.operators import RecordBatchMetricsOperator
-    from airflow_kafka_backpressure.pipeline import PipelineConfig
 
     now = int(time.time() * 1000)
     ids = run_batches(ledger, 4, fail=(0, 1))

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
-from airflow_kafka_backpressure.local.broker import free_port
+from kbp_local.broker import free_port
 
 
 def test_broker_and_producer_command_lines(tmp_path):
@@ -20,7 +20,7 @@ def test_broker_and_producer_command_lines(tmp_path):
         [
             sys.executable,
             "-m",
-            "airflow_kafka_backpressure.local",
+            "kbp_local",
             "broker",
             "--port",
             str(port),
@@ -38,7 +38,7 @@ def test_broker_and_producer_command_lines(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "airflow_kafka_backpressure.local",
+                "kbp_local",
                 "produce",
                 "--bootstrap",
                 bootstrap,
@@ -70,7 +70,7 @@ def test_the_tansu_broker_can_still_be_chosen(tmp_path):
     """``broker --tansu``: the in-memory Kafka-protocol broker, for those who choose it on purpose."""
     port = free_port()
     broker = subprocess.Popen(
-        [sys.executable, "-m", "airflow_kafka_backpressure.local", "broker", "--tansu", "--port", str(port)],
+        [sys.executable, "-m", "kbp_local", "broker", "--tansu", "--port", str(port)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -89,7 +89,7 @@ def test_spark_conf_writes_the_connector_jars_into_spark_defaults(tmp_path):
         [
             sys.executable,
             "-m",
-            "airflow_kafka_backpressure.local",
+            "kbp_local",
             "spark-conf",
             "--dir",
             str(tmp_path / "conf"),
@@ -112,7 +112,7 @@ def test_spark_conf_writes_the_connector_jars_into_spark_defaults(tmp_path):
 
 def _local(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "airflow_kafka_backpressure.local", *args],
+        [sys.executable, "-m", "kbp_local", *args],
         capture_output=True,
         text=True,
         timeout=120,

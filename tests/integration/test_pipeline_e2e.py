@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import TopicPartition
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.control.allocation import RateLimits, max_messages_per_partition
 from airflow_kafka_backpressure.control.pid import PIDRateEstimator
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
 from airflow_kafka_backpressure.ledger import Ledger
-from airflow_kafka_backpressure.local.producer import produce
-from airflow_kafka_backpressure.models import TopicPartition
-from airflow_kafka_backpressure.pipeline import PipelineConfig
+from kbp_local.producer import produce
 
 from . import airflow_harness as af
 from .kafka_samples import consumer_group_offsets

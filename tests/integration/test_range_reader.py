@@ -13,13 +13,13 @@ import json
 import pyarrow as pa
 import pytest
 
-from airflow_kafka_backpressure.local.broker import free_port
-from airflow_kafka_backpressure.local.producer import ensure_topic, produce
-from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA
 from airflow_kafka_backpressure.spark.range_clients import READER_GROUP_ID
 from airflow_kafka_backpressure.spark.range_reader import KafkaRangeReadError, read_range
 from airflow_kafka_backpressure.spark.range_split import split_ranges
+from kbp_local.broker import free_port
+from kbp_local.producer import ensure_topic, produce
 
 from .kafka_samples import SAMPLE_TIMESTAMPS_MS, produce_sample_records
 

@@ -7,8 +7,7 @@ from collections import Counter
 
 import pytest
 
-from airflow_kafka_backpressure.local.producer import ensure_topic, produce
-from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.spark.kafka_range_source import (
     KAFKA_SCHEMA,
     SOURCE_NAME,
@@ -16,6 +15,7 @@ from airflow_kafka_backpressure.spark.kafka_range_source import (
     range_source_options,
 )
 from airflow_kafka_backpressure.spark.range_split import split_ranges
+from kbp_local.producer import ensure_topic, produce
 
 from .kafka_samples import SAMPLE_TIMESTAMPS_MS, produce_sample_records
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pytest
 
+from airflow_kafka_backpressure.batch.models import TopicPartition
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
-from airflow_kafka_backpressure.local.producer import ensure_topic
-from airflow_kafka_backpressure.models import TopicPartition
 from airflow_kafka_backpressure.spark.job import JobError, run_batch
+from kbp_local.producer import ensure_topic
 
 from .kafka_samples import delete_records
 from .test_spark_job import make_spec
@@ -197,7 +197,7 @@ def test_a_compacted_range_is_read_to_its_end_with_its_surviving_records(
 @pytest.fixture
 def deleted_start(kafka_broker, topic_name) -> str:
     """A partition of 20 records whose first 5 were deleted (earliest offset 5)."""
-    from airflow_kafka_backpressure.local.producer import produce
+    from kbp_local.producer import produce
 
     ensure_topic(kafka_broker.bootstrap, topic_name, 1)
     produce(kafka_broker.bootstrap, topic_name, count=20, partitions=1)

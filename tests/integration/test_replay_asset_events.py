@@ -14,9 +14,9 @@ import os
 import shutil
 from pathlib import Path
 
-from airflow_kafka_backpressure.assets import sink_asset_name, triggering_batch
-from airflow_kafka_backpressure.local.producer import produce
-from airflow_kafka_backpressure.models import TopicPartition
+from airflow_kafka_backpressure.batch.models import TopicPartition
+from airflow_kafka_backpressure.operators.assets import sink_asset_name, triggering_batch
+from kbp_local.producer import produce
 
 from . import airflow_harness as af
 from .kafka_samples import delete_records

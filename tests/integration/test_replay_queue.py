@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import OffsetRange, TopicPartition
 from airflow_kafka_backpressure.ledger import REPLAY_BACKOFF_MAX_S, Ledger
 from airflow_kafka_backpressure.ledger.replay_queue import replay_backoff_ms
-from airflow_kafka_backpressure.models import OffsetRange, TopicPartition
 from tests.integration.ledger_dbs import ledger, ledger_url  # noqa: F401 (fixtures)
 
 P, T = "orders", "events"

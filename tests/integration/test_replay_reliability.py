@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import OffsetRange, TopicPartition
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.ledger import Ledger
-from airflow_kafka_backpressure.local.producer import produce
-from airflow_kafka_backpressure.models import OffsetRange, TopicPartition
-from airflow_kafka_backpressure.pipeline import PipelineConfig
+from kbp_local.producer import produce
 
 from . import airflow_harness as af
 from .kafka_samples import delete_records

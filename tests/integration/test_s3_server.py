@@ -1,5 +1,5 @@
 """A real S3-compatible object store for the sink's tests: SeaweedFS's S3 gateway
-(:class:`~airflow_kafka_backpressure.local.s3.S3Server`), reached the way users configure it —
+(:class:`~kbp_local.s3.S3Server`), reached the way users configure it —
 pyarrow's ``S3FileSystem``, the ``AWS_*`` environment of pyarrow's ``s3://`` URIs, Spark's ``s3a://``
 with hadoop-aws from Maven Central — and what today's sink does there.
 
@@ -34,8 +34,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyarrow import fs as pafs
 
-from airflow_kafka_backpressure.local.broker import free_port
-from airflow_kafka_backpressure.local.jars import hadoop_aws_jars, jar_paths, spark_s3a_conf
+from kbp_local.broker import free_port
+from kbp_local.jars import hadoop_aws_jars, jar_paths, spark_s3a_conf
 from tests.s3_requests import signed_request
 
 pytestmark = pytest.mark.integration
@@ -105,7 +105,7 @@ def test_the_server_logs_into_its_work_dir_only(s3_server):
 
 
 def test_a_server_that_cannot_start_says_so_and_leaves_nothing_running(tmp_path):
-    from airflow_kafka_backpressure.local.s3 import S3Server, S3ServerError
+    from kbp_local.s3 import S3Server, S3ServerError
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -203,7 +203,7 @@ def test_todays_commit_of_a_batch_to_s3_fails_at_the_swap(s3_server, s3_bucket, 
     is never published and the staging directory stays behind (with the manifest)."""
     from pyspark.sql.types import LongType, StructField, StructType
 
-    from airflow_kafka_backpressure.models import OffsetRange
+    from airflow_kafka_backpressure.batch.models import OffsetRange
     from airflow_kafka_backpressure.sinks.parquet.commit import (
         SinkError,
         batch_dir_name,
@@ -314,7 +314,7 @@ def test_conditional_copy_and_delete_are_honoured(s3_server, s3_bucket):
 
 
 def test_hadoop_aws_matches_pyspark_and_leaves_out_what_pyspark_ships():
-    from airflow_kafka_backpressure.local.jars import pyspark_hadoop_version, pyspark_jars_dir
+    from kbp_local.jars import pyspark_hadoop_version, pyspark_jars_dir
 
     names = sorted(os.path.basename(p) for p in jar_paths(hadoop_aws_jars()))
     version = pyspark_hadoop_version()
@@ -356,7 +356,7 @@ def test_s3_command_line_serves_until_interrupted(tmp_path):
         [
             sys.executable,
             "-m",
-            "airflow_kafka_backpressure.local",
+            "kbp_local",
             "s3",
             "--port",
             str(port),

@@ -21,7 +21,7 @@ from collections import Counter
 import pytest
 
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
-from airflow_kafka_backpressure.local.producer import produce
+from kbp_local.producer import produce
 
 from . import airflow_harness as af
 from .test_pipeline_e2e import sink_ids
@@ -161,9 +161,9 @@ def test_a_changed_password_reaches_the_next_batch_through_a_new_connect_session
     batch's credentials are refused by that session and the batch runs in a new one."""
     import json
 
+    from airflow_kafka_backpressure.batch.models import JobSpec
     from airflow_kafka_backpressure.engines.connect import ConnectEngine
-    from airflow_kafka_backpressure.local.producer import ensure_topic
-    from airflow_kafka_backpressure.models import JobSpec
+    from kbp_local.producer import ensure_topic
 
     from .test_spark_job import make_spec
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_backpressure.assets import sink_asset, sink_asset_name, sink_uri
-from airflow_kafka_backpressure.models import batch_path
-from airflow_kafka_backpressure.pipeline import PipelineConfig
+from airflow_kafka_backpressure.batch.models import batch_path
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+from airflow_kafka_backpressure.operators.assets import sink_asset, sink_asset_name, sink_uri
 
 from . import airflow_harness as af
 
@@ -25,9 +25,9 @@ PRODUCER_FILE = f'''
 import json, os
 from datetime import datetime
 from airflow.sdk import DAG, BaseOperator
-from airflow_kafka_backpressure.assets import batch_event_extra, emit_batch_events, sink_asset
-from airflow_kafka_backpressure.models import OffsetRange, batch_path
-from airflow_kafka_backpressure.pipeline import load_pipelines
+from airflow_kafka_backpressure.operators.assets import batch_event_extra, emit_batch_events, sink_asset
+from airflow_kafka_backpressure.batch.models import OffsetRange, batch_path
+from airflow_kafka_backpressure.config.pipeline import load_pipelines
 
 
 class CommitBatches(BaseOperator):
@@ -140,7 +140,7 @@ def test_one_event_per_committed_batch_and_one_downstream_run_each_reading_its_b
         run_ids = {r.partition_key: r.run_id for r in runs}
 
     # Each run reads exactly its batch.
-    from airflow_kafka_backpressure.assets import triggering_batch
+    from airflow_kafka_backpressure.operators.assets import triggering_batch
 
     with create_session() as session:
         for key, run_id in run_ids.items():

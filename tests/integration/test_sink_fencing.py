@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pytest
 
-from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.sinks.parquet import commit as parquet_commit
 from airflow_kafka_backpressure.sinks.parquet import manifest as parquet_manifest
 from airflow_kafka_backpressure.sinks.parquet import write as parquet_write

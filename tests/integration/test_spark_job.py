@@ -18,11 +18,9 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pytest
 
-from airflow_kafka_backpressure import handoff
+from airflow_kafka_backpressure.batch import handoff
+from airflow_kafka_backpressure.batch.models import BatchMetrics, BatchPlan, JobSpec, OffsetRange, batch_path
 from airflow_kafka_backpressure.engines.submit import job_script_path, package_zip
-from airflow_kafka_backpressure.local.broker import free_port
-from airflow_kafka_backpressure.local.producer import ensure_topic, produce
-from airflow_kafka_backpressure.models import BatchMetrics, BatchPlan, JobSpec, OffsetRange, batch_path
 from airflow_kafka_backpressure.sinks.parquet import commit as parquet_commit
 from airflow_kafka_backpressure.sinks.parquet import manifest as parquet_manifest
 from airflow_kafka_backpressure.sinks.parquet import write as parquet_write
@@ -40,6 +38,8 @@ from airflow_kafka_backpressure.spark.kafka_range_source import (
     range_source_options,
     read_range,
 )
+from kbp_local.broker import free_port
+from kbp_local.producer import ensure_topic, produce
 
 from .kafka_samples import produce_sample_records
 

@@ -14,10 +14,10 @@ from collections import Counter
 
 import pytest
 
-from airflow_kafka_backpressure.config import parse_settings
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+from airflow_kafka_backpressure.config.settings import parse_settings
 from airflow_kafka_backpressure.control.scaling import executor_target
-from airflow_kafka_backpressure.local.producer import produce
-from airflow_kafka_backpressure.pipeline import PipelineConfig
+from kbp_local.producer import produce
 
 from . import airflow_harness as af
 from .test_pipeline_e2e import sink_ids

@@ -11,10 +11,10 @@ import json
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.ledger import Ledger
-from airflow_kafka_backpressure.local.producer import ensure_topic
-from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.operators.common import state_lock
+from kbp_local.producer import ensure_topic
 
 from . import airflow_harness as af
 
@@ -85,7 +85,7 @@ def state_dag(kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db):
 
 
 def test_record_and_scale_update_their_variables_under_the_ledger_lock(state_dag, capfd):
-    from airflow_kafka_backpressure.pipeline import PipelineConfig
+    from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 
     run, finished_batch, ledger = state_dag
     p = PipelineConfig(name="locktest", topics=("x",), sink="/x")

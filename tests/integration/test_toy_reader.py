@@ -13,12 +13,12 @@ from typing import Any, ClassVar
 import pyarrow.dataset as pads
 import pytest
 
-from airflow_kafka_backpressure.local.producer import ensure_topic, produce
-from airflow_kafka_backpressure.models import JobSpec
-from airflow_kafka_backpressure.pipeline import PipelineConfig
+from airflow_kafka_backpressure.batch.models import JobSpec
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.spark import readers
 from airflow_kafka_backpressure.spark.job import run_batch
 from airflow_kafka_backpressure.spark.reader_base import Reader
+from kbp_local.producer import ensure_topic, produce
 
 from .test_spark_job import make_spec
 

@@ -19,13 +19,13 @@ from typing import Any, ClassVar
 import pytest
 
 from airflow_kafka_backpressure import sinks
-from airflow_kafka_backpressure.assets import batch_dataset
-from airflow_kafka_backpressure.local.producer import ensure_topic, produce
-from airflow_kafka_backpressure.models import Adoption, JobSpec, OffsetRange
-from airflow_kafka_backpressure.pipeline import PipelineConfig
-from airflow_kafka_backpressure.sink_placement import sink_refusal
+from airflow_kafka_backpressure.batch.models import Adoption, JobSpec, OffsetRange
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+from airflow_kafka_backpressure.config.sink_placement import sink_refusal
+from airflow_kafka_backpressure.operators.assets import batch_dataset
 from airflow_kafka_backpressure.sinks import BatchCommit, SinkFenced, SinkFormatError, TableFormat
 from airflow_kafka_backpressure.spark.job import run_batch
+from kbp_local.producer import ensure_topic, produce
 
 from .test_spark_job import make_spec
 

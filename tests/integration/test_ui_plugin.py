@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.ledger import Ledger
-from airflow_kafka_backpressure.models import OffsetRange
 
 PREFIX = "/kafka-backpressure"
 P = "ui-orders"
@@ -473,9 +473,9 @@ def test_lag_endpoint_shows_each_partitions_lag_and_retention_risk_from_the_brok
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from airflow_kafka_backpressure.batch.models import TopicPartition
     from airflow_kafka_backpressure.hooks.kafka_offsets import KafkaOffsetsHook
-    from airflow_kafka_backpressure.local.producer import ensure_topic, produce
-    from airflow_kafka_backpressure.models import TopicPartition
+    from kbp_local.producer import ensure_topic, produce
 
     name = "ui-lag"
     monkeypatch.setenv(
@@ -530,7 +530,7 @@ def test_lag_endpoint_shows_each_partitions_lag_and_retention_risk_from_the_brok
 def test_lag_endpoint_says_which_connection_does_not_answer(
     airflow_app: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_kafka_backpressure.local.broker import free_port
+    from kbp_local.broker import free_port
 
     dead = f"127.0.0.1:{free_port()}"
     monkeypatch.setenv(
@@ -545,8 +545,8 @@ def test_lag_endpoint_says_which_connection_does_not_answer(
 
 
 def test_losses_endpoint_lists_recorded_losses_with_counts(airflow_app: dict[str, Any]) -> None:
+    from airflow_kafka_backpressure.batch.models import DataLoss
     from airflow_kafka_backpressure.ledger import Ledger
-    from airflow_kafka_backpressure.models import DataLoss
 
     ids = airflow_app["ids"]
     assert _get(airflow_app, PREFIX + f"/pipelines/{P}/losses", user=None).status_code == 401

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_kafka_backpressure.batch.models import DataLoss, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.control.allocation import (
     DataLossError,
     PlanningError,
@@ -16,7 +17,6 @@ from airflow_kafka_backpressure.control.allocation import (
     max_messages_per_partition,
     plan_ranges,
 )
-from airflow_kafka_backpressure.models import DataLoss, OffsetRange, TopicPartition
 
 T = "maxMessagesPerPartition"
 P0, P1 = TopicPartition(T, 0), TopicPartition(T, 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.spark.arrow_writer import RangeFileTask, dictionary_columns, parquet_codec
 from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA
 
@@ -39,7 +39,7 @@ def test_each_piece_has_its_own_file_name_per_attempt():
 
 
 def test_auto_picks_the_arrow_writer_only_for_the_python_readers_raw_records_in_a_codec_it_writes():
-    from airflow_kafka_backpressure.models import DEFAULT_WRITER, chosen_writer, writer_problem
+    from airflow_kafka_backpressure.batch.models import DEFAULT_WRITER, chosen_writer, writer_problem
     from airflow_kafka_backpressure.spark.job import arrow_codec
     from airflow_kafka_backpressure.spark.readers import READERS, feeds_arrow_writer
 

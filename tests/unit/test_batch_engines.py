@@ -9,7 +9,14 @@ import time
 
 import pytest
 
-from airflow_kafka_backpressure import handoff
+from airflow_kafka_backpressure.batch import handoff
+from airflow_kafka_backpressure.batch.models import (
+    BatchMetrics,
+    BatchPlan,
+    JobSpec,
+    OffsetRange,
+    TopicPartition,
+)
 from airflow_kafka_backpressure.engines import BatchJobError, BatchStopped, Engine, supervise
 from airflow_kafka_backpressure.engines.submit import (
     executor_conf,
@@ -18,7 +25,6 @@ from airflow_kafka_backpressure.engines.submit import (
     split_secret_conf,
     write_properties_file,
 )
-from airflow_kafka_backpressure.models import BatchMetrics, BatchPlan, JobSpec, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.sinks.completion import tally_reads
 from airflow_kafka_backpressure.sinks.parquet.commit import check_replaceable
 from airflow_kafka_backpressure.storage import StorageError, location
@@ -356,7 +362,7 @@ def test_an_unreachable_connect_server_fails_the_batch_at_once_naming_the_connec
         engine.run(_spec(tmp_path))
     message = str(err.value)
     assert f"sc://127.0.0.1:{port}/" in message and "'spark_connect_orders'" in message
-    assert "airflow_kafka_backpressure.local spark-connect" in message
+    assert "kbp_local spark-connect" in message
     assert "s3cret" not in message
 
     with socket.socket() as listening:  # something accepts: no problem reported

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import BatchPlan, JobSpec, OffsetRange
 from airflow_kafka_backpressure.kafka.clients import NoAnswer, run_within
-from airflow_kafka_backpressure.models import BatchPlan, JobSpec, OffsetRange
 from airflow_kafka_backpressure.spark import bounds
 from airflow_kafka_backpressure.spark.errors import JobError
 

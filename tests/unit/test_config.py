@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_backpressure.config import ControllerSettings, SettingsError, parse_settings, settings_help
-from airflow_kafka_backpressure.models import TopicPartition
+from airflow_kafka_backpressure.batch.models import TopicPartition
+from airflow_kafka_backpressure.config.settings import (
+    ControllerSettings,
+    SettingsError,
+    parse_settings,
+    settings_help,
+)
 
 SRC = "Variable 'kbp.demo.settings'"
 
@@ -136,7 +141,7 @@ def test_every_key_is_declared_once_with_its_rule():
     """Issue 23 item 5: the dataclass field is the one declaration (default, type, range, doc)."""
     from dataclasses import fields
 
-    from airflow_kafka_backpressure.config import MAP_KEYS, RULES
+    from airflow_kafka_backpressure.config.settings import MAP_KEYS, RULES
 
     names = [f.name for f in fields(ControllerSettings)]
     assert sorted(names) == sorted(set(RULES) | MAP_KEYS) and not set(RULES) & MAP_KEYS

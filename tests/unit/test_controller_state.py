@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from airflow_kafka_backpressure.config import parse_settings
+from airflow_kafka_backpressure.config.settings import parse_settings
 from airflow_kafka_backpressure.control.controller import (
     COST,
     DEFAULT_MODE,
@@ -203,7 +203,7 @@ def test_waiting_is_in_the_state_until_the_next_batch():
 
 def test_modes_are_one_interface_dispatched_from_one_registry():
     """Issue 23 item 5: spark and cost implement ControlMode; the controller dispatches by name."""
-    from airflow_kafka_backpressure.config import RULES
+    from airflow_kafka_backpressure.config.settings import RULES
     from airflow_kafka_backpressure.control.controller import MODES
     from airflow_kafka_backpressure.control.modes import REGISTRY, ControlMode
     from airflow_kafka_backpressure.control.scaling import ScalingPolicy, executor_target

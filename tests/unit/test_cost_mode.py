@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_kafka_backpressure.config import parse_settings
+from airflow_kafka_backpressure.config.settings import parse_settings
 from airflow_kafka_backpressure.control.cost import CostFit, CostModelError, CostObservation
 from airflow_kafka_backpressure.control.cost_mode import (
     PROBE,

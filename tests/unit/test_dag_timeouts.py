@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.dag_factory import REPLAY_BATCHES_PER_RUN, build_dags
-from airflow_kafka_backpressure.pipeline import PipelineConfig
 
 
 def timeouts(**kw) -> dict[tuple[str, str], timedelta | None]:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_backpressure import docs_reference
-from airflow_kafka_backpressure.config import ControllerSettings
-from airflow_kafka_backpressure.pipeline import PipelineConfig
+from airflow_kafka_backpressure.config import reference as docs_reference
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+from airflow_kafka_backpressure.config.settings import ControllerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "reference" / "configuration.md"

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from airflow_kafka_backpressure import _fault_points as fp
+from airflow_kafka_backpressure.batch import fault_points as fp
 from tests.faults import pause_point
 
 
@@ -78,7 +78,7 @@ def test_the_suites_processes_load_the_pause_at_start_up(tmp_path):
         pause_point.PAUSE_DIR_ENV: str(tmp_path),
         "PYTHONPATH": os.pathsep.join([str(pause_point.INJECT_DIR), str(repo)]),
     }
-    code = "from airflow_kafka_backpressure import _fault_points as f; print([h.__name__ for h in f._AFTER_COMMIT + f._AFTER_PLAN])"
+    code = "from airflow_kafka_backpressure.batch import fault_points as f; print([h.__name__ for h in f._AFTER_COMMIT + f._AFTER_PLAN])"
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout

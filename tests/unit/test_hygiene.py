@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_kafka_backpressure.config import (
+from airflow_kafka_backpressure.batch.models import BatchPlan, OffsetRange, TopicPartition
+from airflow_kafka_backpressure.config.settings import (
     DEFAULT_MAX_RECORDS_PER_BATCH,
     ControllerSettings,
     SettingsError,
@@ -22,7 +23,6 @@ from airflow_kafka_backpressure.config import (
 from airflow_kafka_backpressure.control.allocation import plan_ranges
 from airflow_kafka_backpressure.control.controller import ControllerStateError, PipelineController
 from airflow_kafka_backpressure.control.pid import PIDRateEstimator, RateController
-from airflow_kafka_backpressure.models import BatchPlan, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.operators.record import scheduling_delay_ms
 
 DUE = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)

@@ -13,11 +13,15 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_kafka_backpressure.config import DEFAULT_MAX_RECORDS_PER_BATCH, SettingsError, parse_settings
+from airflow_kafka_backpressure.batch.models import BatchPlan, OffsetRange, TopicPartition
+from airflow_kafka_backpressure.config.settings import (
+    DEFAULT_MAX_RECORDS_PER_BATCH,
+    SettingsError,
+    parse_settings,
+)
 from airflow_kafka_backpressure.control.allocation import plan_ranges
 from airflow_kafka_backpressure.control.controller import ControllerStateError, PipelineController
 from airflow_kafka_backpressure.control.cost_mode import PlanInputs
-from airflow_kafka_backpressure.models import BatchPlan, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.operators.record import scheduling_delay_ms
 
 DUE = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)

@@ -2,7 +2,7 @@
 
 import base64
 
-from airflow_kafka_backpressure.local.apache_kafka import new_cluster_id
+from kbp_local.apache_kafka import new_cluster_id
 
 
 def test_a_cluster_id_never_starts_with_a_dash_and_is_a_uuid() -> None:

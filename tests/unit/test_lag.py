@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import TopicPartition
 from airflow_kafka_backpressure.kafka.lag import LagReport, LagThresholds, measure_lag, partition_lag
-from airflow_kafka_backpressure.models import TopicPartition
 
 TP = TopicPartition("orders", 3)
 NOW = 1_000_000

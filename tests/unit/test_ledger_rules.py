@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import DataLoss, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.ledger import (
     ALLOWED_TRANSITIONS,
     BATCH_STATUSES,
@@ -25,7 +26,6 @@ from airflow_kafka_backpressure.ledger.chain import (
     prunable_batches,
     subtract_spans,
 )
-from airflow_kafka_backpressure.models import DataLoss, OffsetRange, TopicPartition
 
 # (from, to) pairs allowed without staleness; every other pair must be refused.
 EXPECTED = {

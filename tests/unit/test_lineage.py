@@ -12,8 +12,8 @@ from airflow.providers.openlineage.extractors.base import DefaultExtractor  # no
 from airflow.sdk import BaseOperator  # noqa: E402
 from openlineage.client.serde import Serde  # noqa: E402
 
-from airflow_kafka_backpressure.lineage import batch_lineage, kafka_namespace, sink_dataset  # noqa: E402
-from airflow_kafka_backpressure.models import OffsetRange  # noqa: E402
+from airflow_kafka_backpressure.batch.models import OffsetRange  # noqa: E402
+from airflow_kafka_backpressure.operators.lineage import batch_lineage, kafka_namespace, sink_dataset  # noqa: E402
 
 RANGES = [OffsetRange("orders", 1, 40, 90), OffsetRange("orders", 0, 10, 60), OffsetRange("clicks", 0, 5, 5)]
 

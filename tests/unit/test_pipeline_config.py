@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from airflow_kafka_backpressure.pipeline import PipelineConfig
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 
 BASE = {"name": "orders", "topics": ["orders"], "sink": "/data/orders"}
 
@@ -237,7 +237,7 @@ def test_a_planned_batch_waits_for_its_ingest_task_a_lease_two_intervals_and_a_m
 def test_a_sink_that_cannot_hold_its_guarantees_is_refused_before_planning():
     """Issue 22, item 5 (and item 2's refusal): an object store cannot take the directory swap, and
     a local path under a multi-host Spark master would leave each executor's files on its own disk."""
-    from airflow_kafka_backpressure.sink_placement import sink_refusal
+    from airflow_kafka_backpressure.config.sink_placement import sink_refusal
 
     def cfg(sink: str, **kw) -> PipelineConfig:
         return PipelineConfig(name="orders", topics=("t",), sink=sink, **kw)

@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pytest
 
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.kafka.config import KafkaConfigError
-from airflow_kafka_backpressure.models import OffsetRange
 from airflow_kafka_backpressure.spark import range_clients
 from airflow_kafka_backpressure.spark.kafka_arrow import (
     HEADERS_TYPE,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.spark.range_split import group_pieces, split_evenly, split_ranges
 
 

@@ -7,8 +7,8 @@ import shlex
 
 import pytest
 
-from airflow_kafka_backpressure.models import BatchPlan, DataLoss, OffsetRange, TopicPartition
-from airflow_kafka_backpressure.replay_decision import retention_decision, trimmed_plan
+from airflow_kafka_backpressure.batch.models import BatchPlan, DataLoss, OffsetRange, TopicPartition
+from airflow_kafka_backpressure.ledger.replay_decision import retention_decision, trimmed_plan
 
 T = "events"
 

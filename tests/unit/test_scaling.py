@@ -209,7 +209,7 @@ def test_cost_rule_without_a_model_falls_back_to_sparks():
 
 
 def test_one_definition_of_the_scaling_defaults():
-    from airflow_kafka_backpressure.config import ControllerSettings
+    from airflow_kafka_backpressure.config.settings import ControllerSettings
     from airflow_kafka_backpressure.control import scaling
 
     s = ControllerSettings()

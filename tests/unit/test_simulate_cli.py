@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from airflow_kafka_backpressure import simulate as cli
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.ledger import Ledger
-from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.sim import __main__ as cli
 from airflow_kafka_backpressure.sim.history import HistoryError, scenario_from_history
 
 PIPELINE = "orders"

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_kafka_backpressure.config import ControllerSettings, parse_settings
+from airflow_kafka_backpressure.config.settings import ControllerSettings, parse_settings
 from airflow_kafka_backpressure.sim import scenarios
 from airflow_kafka_backpressure.sim.simulate import (
     ArrivalProfile,

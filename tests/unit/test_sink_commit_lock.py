@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
+from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.dag_factory import REPLAY_BATCHES_PER_RUN, task_timeouts
 from airflow_kafka_backpressure.operators.common import sink_lock_wait_s
-from airflow_kafka_backpressure.pipeline import PipelineConfig
 from airflow_kafka_backpressure.sinks import DeltaSink, commit_lock_name, normalized_sink_uri
 from airflow_kafka_backpressure.sinks.delta import log_store_class
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from airflow_kafka_backpressure.local.jars import combined_spark_conf
+from kbp_local.jars import combined_spark_conf
 
 
 def test_jar_lists_are_joined_in_order_and_other_keys_taken_from_the_last():

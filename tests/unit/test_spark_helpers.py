@@ -9,13 +9,13 @@ import sys
 import zipfile
 from pathlib import Path
 
+from airflow_kafka_backpressure.batch.models import BatchPlan, JobSpec, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.engines.environment import (
     pyspark_home,
     spark_conf_defaults,
     spark_submit_env,
 )
 from airflow_kafka_backpressure.engines.submit import package_zip
-from airflow_kafka_backpressure.models import BatchPlan, JobSpec, OffsetRange, TopicPartition
 from airflow_kafka_backpressure.spark.job import native_options, range_problems
 
 # --------------------------------------------------------------------------- environment
@@ -148,7 +148,7 @@ def test_package_zip_is_importable_and_reproducible(tmp_path):
     first = Path(z).read_bytes()
     assert Path(package_zip(tmp_path)).read_bytes() == first
     names = zipfile.ZipFile(z).namelist()
-    assert "airflow_kafka_backpressure/models.py" in names
+    assert "airflow_kafka_backpressure/batch/models.py" in names
     assert "airflow_kafka_backpressure/spark/job.py" in names
     assert not [n for n in names if "__pycache__" in n]
     code = (

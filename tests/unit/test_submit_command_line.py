@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from airflow_kafka_backpressure import handoff
+from airflow_kafka_backpressure.batch import handoff
+from airflow_kafka_backpressure.batch.models import BatchPlan, JobSpec, OffsetRange
 from airflow_kafka_backpressure.engines import BatchJobError
 from airflow_kafka_backpressure.engines.environment import spark_defaults
 from airflow_kafka_backpressure.engines.submit import SubmitEngine
-from airflow_kafka_backpressure.models import BatchPlan, JobSpec, OffsetRange
 
 PASSWORD = "pl4nted-kafka-p4ssword"
 

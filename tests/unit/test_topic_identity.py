@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_backpressure.models import BatchPlan, DataLoss, OffsetRange
-from airflow_kafka_backpressure.topic_identity import (
+from airflow_kafka_backpressure.batch.models import BatchPlan, DataLoss, OffsetRange
+from airflow_kafka_backpressure.ledger.topic_identity import (
     archived_name,
     changed_topics,
     reset_refusal,

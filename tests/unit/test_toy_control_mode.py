@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from airflow_kafka_backpressure.config import parse_settings
+from airflow_kafka_backpressure.config.settings import parse_settings
 from airflow_kafka_backpressure.control import modes
 from airflow_kafka_backpressure.control.controller import PipelineController
 from airflow_kafka_backpressure.control.cost_mode import CostParams, PlanInputs
@@ -89,7 +89,7 @@ def test_a_registered_mode_is_settable_fed_kept_and_plans(steady_registered):
 
 
 def test_an_unregistered_mode_is_refused_by_the_settings():
-    from airflow_kafka_backpressure.config import SettingsError
+    from airflow_kafka_backpressure.config.settings import SettingsError
 
     with pytest.raises(SettingsError, match="'mode'"):
         parse_settings({"mode": "steady"})

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from airflow_kafka_backpressure.models import (
+from airflow_kafka_backpressure.batch.models import (
     BatchMetrics,
     BatchPlan,
     DataLoss,

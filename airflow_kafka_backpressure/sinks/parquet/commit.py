@@ -63,7 +63,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_backpressure.models import OffsetRange, batch_path
+from airflow_kafka_backpressure.batch.models import OffsetRange, batch_path
 from airflow_kafka_backpressure.sinks.base import SinkFormatError
 from airflow_kafka_backpressure.sinks.completion import completed_reads, tally_reads
 from airflow_kafka_backpressure.sinks.parquet.fencing import (

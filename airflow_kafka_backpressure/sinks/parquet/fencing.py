@@ -32,7 +32,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_kafka_backpressure.models import OffsetRange
+from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.storage import Location
 
 FENCE_PREFIX = "_kbp_fence_"

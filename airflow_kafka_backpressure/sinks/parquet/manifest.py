@@ -14,7 +14,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StringType, StructField, StructType
 
-from airflow_kafka_backpressure.models import batch_path
+from airflow_kafka_backpressure.batch.models import batch_path
 from airflow_kafka_backpressure.sinks.parquet.fencing import file_problems
 from airflow_kafka_backpressure.storage import Location, location
 

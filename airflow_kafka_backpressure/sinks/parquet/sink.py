@@ -22,7 +22,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ...models import JobSpec, OffsetRange, TopicPartition, batch_path
+from airflow_kafka_backpressure.batch.models import JobSpec, OffsetRange, TopicPartition, batch_path
+
 from ..base import BatchSource, BatchWrite, CommittedBatch, SinkFormat, SinkFormatError, ranges_read
 
 log = logging.getLogger(__name__)

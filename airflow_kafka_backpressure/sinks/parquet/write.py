@@ -35,7 +35,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from airflow_kafka_backpressure.models import OffsetRange, batch_path
+from airflow_kafka_backpressure.batch.models import OffsetRange, batch_path
 from airflow_kafka_backpressure.sinks import data_sources
 from airflow_kafka_backpressure.sinks.completion import observe_reads, observe_rows
 from airflow_kafka_backpressure.sinks.parquet.commit import (

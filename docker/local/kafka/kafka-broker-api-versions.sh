@@ -10,5 +10,5 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -n "$server" ]] || { echo "usage: $0 --bootstrap-server HOST:PORT" >&2; exit 2; }
 exec /opt/venv/bin/python -c 'import sys
-from airflow_kafka_backpressure.local.broker import metadata_ok
+from kbp_local.broker import metadata_ok
 sys.exit(0 if metadata_ok(sys.argv[1], timeout_s=10) else 1)' "$server"

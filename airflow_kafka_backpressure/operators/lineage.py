@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from .assets import sink_uri
-from .models import OffsetRange
+from airflow_kafka_backpressure.batch.models import OffsetRange
+from airflow_kafka_backpressure.operators.assets import sink_uri
 
 PRODUCER = "https://github.com/airflow-provider-kafka-backpressure"
 OFFSET_RANGES_FACET = "kafkaOffsetRanges"

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .control.allocation import ON_TOPIC_RESET
-from .ledger.commands import abandon_command
-from .models import BatchPlan, DataLoss, OffsetRange
-from .replay_decision import ReplayDecision
+from airflow_kafka_backpressure.batch.models import BatchPlan, DataLoss, OffsetRange
+from airflow_kafka_backpressure.control.allocation import ON_TOPIC_RESET
+from airflow_kafka_backpressure.ledger.commands import abandon_command
+from airflow_kafka_backpressure.ledger.replay_decision import ReplayDecision
 
 __all__ = ["ON_TOPIC_RESET", "archived_name", "changed_topics", "reset_refusal", "topic_reset_decision"]
 

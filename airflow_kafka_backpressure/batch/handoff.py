@@ -22,8 +22,8 @@ import json
 import os
 from typing import Any
 
-from .models import BatchMetrics, JobSpec
-from .storage import Location, StorageError, location
+from airflow_kafka_backpressure.batch.models import BatchMetrics, JobSpec
+from airflow_kafka_backpressure.storage import Location, StorageError, location
 
 JOBS_DIR = "_kbp/jobs"
 SPEC_NAME = "spec.json"

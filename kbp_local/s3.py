@@ -12,7 +12,7 @@ Lance catalogue ports, no volume pre-stop delay.
 The S3 gateway requires signed requests with the one identity written to ``s3-identities.json``
 (:attr:`S3Server.access_key`, :attr:`S3Server.secret_key`). Clients are configured as users would:
 :meth:`S3Server.pyarrow_options` for ``pyarrow.fs.S3FileSystem`` and
-:func:`~airflow_kafka_backpressure.local.jars.spark_s3a_conf` for Spark's ``s3a://``.
+:func:`~kbp_local.jars.spark_s3a_conf` for Spark's ``s3a://``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .broker import await_start, free_port, port_open, stop_session
+from kbp_local.broker import await_start, free_port, port_open, stop_session
 
 #: Region in the clients' request signatures (SeaweedFS serves any; clients need one to sign).
 REGION = "us-east-1"

@@ -20,8 +20,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..engines.environment import spark_conf_defaults, spark_submit_env
-from .broker import await_start, free_port, port_open, stop_session
+from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
+from kbp_local.broker import await_start, free_port, port_open, stop_session
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: The server's environment variable for its pre-shared token (Spark's own name).

@@ -12,8 +12,8 @@ import os
 from collections.abc import Sequence
 from typing import Protocol
 
-from .sinks import SINK_FORMATS
-from .storage import SCHEME_ALIASES
+from airflow_kafka_backpressure.sinks import SINK_FORMATS
+from airflow_kafka_backpressure.storage import SCHEME_ALIASES
 
 
 class Placed(Protocol):
@@ -95,7 +95,7 @@ def sink_refusal(p: Placed, spark_master: str | None) -> str | None:
         )
     local = scheme in ("", "file")
     if local and spark_master and not p.sink_on_shared_filesystem:
-        from .engines.submit import is_loopback_master  # defers psutil
+        from airflow_kafka_backpressure.engines.submit import is_loopback_master  # defers psutil
 
         if not is_loopback_master(spark_master):
             return (

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .models import DEFAULT_WRITER, WRITERS
+from airflow_kafka_backpressure.batch.models import DEFAULT_WRITER, WRITERS
 
 log = logging.getLogger(__name__)
 

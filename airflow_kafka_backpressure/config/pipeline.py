@@ -16,14 +16,19 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .batch_options import ReaderOptions, SinkOptions, split_reader_options
-from .control.allocation import ON_DATA_LOSS, ON_TOPIC_RESET, STARTING_OFFSETS
-from .engines import ENGINES
-from .models import DEFAULT_READER, DEFAULT_SINK_FORMAT, DEFAULT_STALL_TIMEOUT_S, writer_problem
-from .sink_placement import sharing_problems
-from .sinks import SINK_FORMATS, sink_format_names
-from .spark.readers import feeds_arrow_writer, reader_names
-from .storage import is_absolute_location
+from airflow_kafka_backpressure.batch.models import (
+    DEFAULT_READER,
+    DEFAULT_SINK_FORMAT,
+    DEFAULT_STALL_TIMEOUT_S,
+    writer_problem,
+)
+from airflow_kafka_backpressure.batch.options import ReaderOptions, SinkOptions, split_reader_options
+from airflow_kafka_backpressure.config.sink_placement import sharing_problems
+from airflow_kafka_backpressure.control.allocation import ON_DATA_LOSS, ON_TOPIC_RESET, STARTING_OFFSETS
+from airflow_kafka_backpressure.engines import ENGINES
+from airflow_kafka_backpressure.sinks import SINK_FORMATS, sink_format_names
+from airflow_kafka_backpressure.spark.readers import feeds_arrow_writer, reader_names
+from airflow_kafka_backpressure.storage import is_absolute_location
 
 #: Environment variable naming the pipelines file (JSON: a list, or {"pipelines": [...]}).
 PIPELINES_FILE_ENV = "KBP_PIPELINES_FILE"

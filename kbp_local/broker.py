@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..kafka.clients import new_client
+from airflow_kafka_backpressure.kafka.clients import new_client
 
 
 class BrokerError(RuntimeError):

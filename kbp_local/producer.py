@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..kafka.clients import new_client
+from airflow_kafka_backpressure.kafka.clients import new_client
 
 
 class ProduceError(RuntimeError):

@@ -1,13 +1,13 @@
 """Command line for the embedded defaults.
 
-    python -m airflow_kafka_backpressure.local broker [--port 19092] [--work-dir DIR] [--tansu]
-    python -m airflow_kafka_backpressure.local spark-connect [--port 15002] [--master local[2]] [--work-dir DIR]
-    python -m airflow_kafka_backpressure.local spark-conf --dir DIR
-    python -m airflow_kafka_backpressure.local s3 [--port 18333] [--work-dir DIR] [--bucket NAME]
-    python -m airflow_kafka_backpressure.local produce --bootstrap 127.0.0.1:19092 --topic demo-events \\
+    python -m kbp_local broker [--port 19092] [--work-dir DIR] [--tansu]
+    python -m kbp_local spark-connect [--port 15002] [--master local[2]] [--work-dir DIR]
+    python -m kbp_local spark-conf --dir DIR
+    python -m kbp_local s3 [--port 18333] [--work-dir DIR] [--bucket NAME]
+    python -m kbp_local produce --bootstrap 127.0.0.1:19092 --topic demo-events \\
         --partitions 4 [--count N | --rate R] [--properties-file client.json] [--replication-factor N]
-    python -m airflow_kafka_backpressure.local tls --dir DIR --host kafka-1 [--host …] [--owner-uid UID]
-    python -m airflow_kafka_backpressure.local kafka-user --admin-bootstrap H:P --bootstrap H:P[,…] \\
+    python -m kbp_local tls --dir DIR --host kafka-1 [--host …] [--owner-uid UID]
+    python -m kbp_local kafka-user --admin-bootstrap H:P --bootstrap H:P[,…] \\
         --ca ca.pem --username NAME --properties-file client.json
 
 ``broker`` runs Apache Kafka (KRaft, one node; jars fetched from Maven Central once) in the
@@ -45,14 +45,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..kafka.config import to_kafka_python
-from .apache_kafka import SCRAM_MECHANISMS, KafkaBroker, upsert_scram_user
-from .broker import TansuBroker
-from .jars import combined_spark_conf, spark_delta_conf, spark_kafka_conf, write_spark_defaults
-from .producer import ensure_topic, produce
-from .s3 import S3Server
-from .spark_connect import SparkConnectServer
-from .tls import make_server_tls
+from airflow_kafka_backpressure.kafka.config import to_kafka_python
+from kbp_local.apache_kafka import SCRAM_MECHANISMS, KafkaBroker, upsert_scram_user
+from kbp_local.broker import TansuBroker
+from kbp_local.jars import combined_spark_conf, spark_delta_conf, spark_kafka_conf, write_spark_defaults
+from kbp_local.producer import ensure_topic, produce
+from kbp_local.s3 import S3Server
+from kbp_local.spark_connect import SparkConnectServer
+from kbp_local.tls import make_server_tls
 
 
 def _serve(
@@ -223,7 +223,7 @@ def _kafka_user(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m airflow_kafka_backpressure.local")
+    parser = argparse.ArgumentParser(prog="python -m kbp_local")
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("broker", help="run Apache Kafka (KRaft, one node) on 127.0.0.1")
     b.add_argument("--port", type=int, default=None, help="port (default: a free one)")

@@ -1,12 +1,12 @@
-"""Command line of the controller simulator: ``python -m airflow_kafka_backpressure.simulate``.
+"""Command line of the controller simulator: ``python -m airflow_kafka_backpressure.sim``.
 
 Examples::
 
-    python -m airflow_kafka_backpressure.simulate --list
-    python -m airflow_kafka_backpressure.simulate issue-drop noise-90 --svg .tmp/sim.svg
-    python -m airflow_kafka_backpressure.simulate burst --mode spark --set proportional=0.5 --set integral=0.1
-    python -m airflow_kafka_backpressure.simulate --from-ledger orders --ledger-url sqlite:///ledger.db
-    python -m airflow_kafka_backpressure.simulate --from-ledger orders --conn-id kbp_ledger
+    python -m airflow_kafka_backpressure.sim --list
+    python -m airflow_kafka_backpressure.sim issue-drop noise-90 --svg .tmp/sim.svg
+    python -m airflow_kafka_backpressure.sim burst --mode spark --set proportional=0.5 --set integral=0.1
+    python -m airflow_kafka_backpressure.sim --from-ledger orders --ledger-url sqlite:///ledger.db
+    python -m airflow_kafka_backpressure.sim --from-ledger orders --conn-id kbp_ledger
 
 Settings are the keys of the settings Variable (``kbp.<pipeline>.settings``), given as a JSON object
 (``--settings``) and/or ``--set key=value`` (the value is JSON: ``--set mode='"spark"'`` or simply
@@ -26,12 +26,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import ControllerSettings, SettingsError, parse_settings
-from .control.controller import MODES
-from .sim.history import HistoryError, Recorded, scenario_from_history
-from .sim.plot import render_svg
-from .sim.scenarios import shipped
-from .sim.simulate import Scenario, SimulationResult, simulate
+from airflow_kafka_backpressure.config.settings import ControllerSettings, SettingsError, parse_settings
+from airflow_kafka_backpressure.control.controller import MODES
+from airflow_kafka_backpressure.sim.history import HistoryError, Recorded, scenario_from_history
+from airflow_kafka_backpressure.sim.plot import render_svg
+from airflow_kafka_backpressure.sim.scenarios import shipped
+from airflow_kafka_backpressure.sim.simulate import Scenario, SimulationResult, simulate
 
 DEFAULT_LEDGER_LIMIT = 500
 
@@ -56,13 +56,13 @@ def settings_for(mode: str, base: dict[str, Any]) -> ControllerSettings:
 def ledger_url(args: argparse.Namespace) -> str:
     if args.ledger_url:
         return str(args.ledger_url)
-    from .hooks.ledger import LedgerHook  # needs Airflow: only for --conn-id
+    from airflow_kafka_backpressure.hooks.ledger import LedgerHook  # needs Airflow: only for --conn-id
 
     return LedgerHook(args.conn_id).url()
 
 
 def ledger_scenario(args: argparse.Namespace) -> tuple[Scenario, Recorded, str]:
-    from .ledger import Ledger  # SQLAlchemy: only for --from-ledger
+    from airflow_kafka_backpressure.ledger import Ledger  # SQLAlchemy: only for --from-ledger
 
     url = ledger_url(args)
     ledger = Ledger(url)
@@ -107,7 +107,7 @@ def figures_table(results: Sequence[SimulationResult]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m airflow_kafka_backpressure.simulate",
+        prog="python -m airflow_kafka_backpressure.sim",
         description="Simulate the batch controller against a scenario or a pipeline's recorded history.",
     )
     p.add_argument("scenarios", nargs="*", help="shipped scenarios to run (default: all; see --list)")

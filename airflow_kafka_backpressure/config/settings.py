@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .control import cost_mode, scaling
-from .control.allocation import RateLimits
-from .control.controller import DEFAULT_MODE, MODES
-from .control.cost_mode import CostParams
-from .control.pid import PIDRateEstimator
-from .control.scaling import ScalingPolicy
-from .models import TopicPartition
+from airflow_kafka_backpressure.batch.models import TopicPartition
+from airflow_kafka_backpressure.control import cost_mode, scaling
+from airflow_kafka_backpressure.control.allocation import RateLimits
+from airflow_kafka_backpressure.control.controller import DEFAULT_MODE, MODES
+from airflow_kafka_backpressure.control.cost_mode import CostParams
+from airflow_kafka_backpressure.control.pid import PIDRateEstimator
+from airflow_kafka_backpressure.control.scaling import ScalingPolicy
 
 #: The default cap of records per batch (any mode, any batch; Structured Streaming's
 #: ``maxOffsetsPerTrigger``). Without it the first batch of a new pipeline starting at ``earliest``

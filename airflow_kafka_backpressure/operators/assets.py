@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .models import DEFAULT_SINK_FORMAT, OffsetRange
-from .sinks import SINK_FORMATS, ParquetSink, UnknownSinkFormat, sink_format_for
+from airflow_kafka_backpressure.batch.models import DEFAULT_SINK_FORMAT, OffsetRange
+from airflow_kafka_backpressure.sinks import SINK_FORMATS, ParquetSink, UnknownSinkFormat, sink_format_for
 
 SINK_ASSET_GROUP = "kafka-backpressure"
 
@@ -50,7 +50,7 @@ def sink_asset_name(pipeline: str) -> str:
 
 
 def sink_asset(pipeline: Any) -> Any:
-    """The sink Asset of a :class:`~airflow_kafka_backpressure.pipeline.PipelineConfig`."""
+    """The sink Asset of a :class:`~airflow_kafka_backpressure.config.pipeline.PipelineConfig`."""
     from airflow.sdk import Asset
 
     return Asset(name=sink_asset_name(pipeline.name), uri=sink_uri(pipeline.sink), group=SINK_ASSET_GROUP)

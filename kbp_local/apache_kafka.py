@@ -1,6 +1,6 @@
 """Start and stop a single-node Apache Kafka (KRaft, combined broker + controller) on 127.0.0.1.
 
-The jars come from Maven Central once (:func:`~airflow_kafka_backpressure.local.jars.kafka_broker_jars`);
+The jars come from Maven Central once (:func:`~kbp_local.jars.kafka_broker_jars`);
 the storage is formatted with ``kafka.tools.StorageTool format --standalone`` and the server runs as
 ``kafka.Kafka server.properties`` in a JVM of its own session, with its data, configuration and
 log in ``work_dir``. Both listeners (clients and controller) bind to 127.0.0.1 on free ports. Kafka
@@ -30,10 +30,10 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..kafka.clients import new_client
-from .broker import BrokerError, await_start, free_port, metadata_ok, port_open, stop_session
-from .jars import jar_paths, kafka_broker_jars
-from .tls import make_client_tls, make_server_tls
+from airflow_kafka_backpressure.kafka.clients import new_client
+from kbp_local.broker import BrokerError, await_start, free_port, metadata_ok, port_open, stop_session
+from kbp_local.jars import jar_paths, kafka_broker_jars
+from kbp_local.tls import make_client_tls, make_server_tls
 
 #: Settings a one-node broker needs (replication factors of the internal topics must be 1) and
 #: ones that make a test or demo broker quick (no rebalance delay, few internal partitions).
@@ -351,7 +351,7 @@ def upsert_scram_user(
     from kafka import KafkaAdminClient
     from kafka.admin import UserScramCredentialUpsertion
 
-    from ..kafka.config import to_kafka_python
+    from airflow_kafka_backpressure.kafka.config import to_kafka_python
 
     username, mechanism = user_properties["sasl.username"], user_properties["sasl.mechanism"]
     if mechanism not in SCRAM_MECHANISMS:

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from .ledger.commands import abandon_command
-from .models import BatchPlan, DataLoss, OffsetRange, TopicPartition
+from airflow_kafka_backpressure.batch.models import BatchPlan, DataLoss, OffsetRange, TopicPartition
+from airflow_kafka_backpressure.ledger.commands import abandon_command
 
 __all__ = ["ReplayDecision", "retention_decision", "trimmed_plan"]
 

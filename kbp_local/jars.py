@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..engines.environment import pyspark_home
+from airflow_kafka_backpressure.engines.environment import pyspark_home
 
 #: Apache Kafka release of the embedded broker (``KBP_KAFKA_VERSION`` overrides it).
 KAFKA_VERSION = "4.1.1"
@@ -287,7 +287,7 @@ def combined_spark_conf(*confs: dict[str, str]) -> dict[str, str]:
 def spark_s3a_conf(server: Any, *, jars: str | None = "spark.jars") -> dict[str, str]:
     """Spark settings for ``s3a://`` paths on an S3-compatible ``server`` (an object with
     ``endpoint``, ``access_key``, ``secret_key`` and ``region``, like
-    :class:`~airflow_kafka_backpressure.local.s3.S3Server`), as a user would configure them:
+    :class:`~kbp_local.s3.S3Server`), as a user would configure them:
     Hadoop's S3A filesystem, the endpoint over plain HTTP with path-style URLs (no bucket host
     names), static credentials (no environment or instance-metadata lookups).
 

@@ -1,0 +1,1 @@
+"""The batch contract between Airflow and Spark: the value objects every task and the job exchange (offsets, plans, metrics, the job spec), the job spec's hand-off and the pipeline's typed reader and sink options."""
