@@ -31,8 +31,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from airflow_kafka_backpressure.kafka.clients import new_client
-from kbp_local.broker import BrokerError, await_start, free_port, metadata_ok, port_open, stop_session
+from kbp_local.broker import BrokerError, metadata_ok
 from kbp_local.jars import jar_paths, kafka_broker_jars
+from kbp_local.process import LocalServer, free_port, port_open
 from kbp_local.tls import make_client_tls, make_server_tls
 
 #: Settings a one-node broker needs (replication factors of the internal topics must be 1) and
@@ -78,12 +79,17 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-class KafkaBroker:
+class KafkaBroker(LocalServer):
     """An Apache Kafka server on ``127.0.0.1:port`` (KRaft, one node); a context manager.
 
     >>> with KafkaBroker(work_dir="/tmp/kbp-kafka") as broker:
     ...     broker.bootstrap  # '127.0.0.1:PORT'
     """
+
+    what = "Kafka"
+    error = BrokerError
+    start_timeout_s = 90.0
+    stop_timeout_s = 30.0  # SIGTERM: a controlled shutdown
 
     def __init__(
         self,
@@ -113,12 +119,20 @@ class KafkaBroker:
         return f"{self.host}:{self.advertised_port}"
 
     @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+    def address(self) -> str:
+        return self.bootstrap
 
     @property
     def log_path(self) -> Path:
         return self.work_dir / "kafka.log"
+
+    @property
+    def cwd(self) -> Path:
+        return self.work_dir
+
+    @property
+    def server_properties(self) -> Path:
+        return self.work_dir / "server.properties"
 
     @property
     def data_dir(self) -> Path:
@@ -190,7 +204,8 @@ class KafkaBroker:
         props.update(self.config)
         return props
 
-    def _java(self, main: str, *args: str, classpath: str) -> list[str]:
+    def _java(self, main: str, *args: str) -> list[str]:
+        classpath = os.pathsep.join(jar_paths(kafka_broker_jars()))
         return [
             java_binary(),
             f"-Xmx{self.heap}",
@@ -202,15 +217,12 @@ class KafkaBroker:
             *args,
         ]
 
-    def start(self, timeout_s: float = 90.0) -> KafkaBroker:
-        if self.process is not None:
-            raise BrokerError(f"Kafka broker on {self.bootstrap} already started (pid {self.pid})")
-        classpath = os.pathsep.join(jar_paths(kafka_broker_jars()))
+    def prepare(self) -> None:
+        """The server's properties, its TLS files (secured), and its storage formatted once."""
         (self.work_dir / "tmp").mkdir(parents=True, exist_ok=True)
         if self.secured and not self.ca_path.exists():
             make_server_tls(self.work_dir / "tls", hosts=(self.host,))
-        server_properties = self.work_dir / "server.properties"
-        server_properties.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
+        self.server_properties.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         if not (self.data_dir / "meta.properties").exists():
             fmt = subprocess.run(
                 self._java(
@@ -219,8 +231,7 @@ class KafkaBroker:
                     "--standalone",
                     f"--cluster-id={new_cluster_id()}",
                     "-c",
-                    str(server_properties),
-                    classpath=classpath,
+                    str(self.server_properties),
                 ),
                 capture_output=True,
                 text=True,
@@ -231,28 +242,16 @@ class KafkaBroker:
                     f"kafka.tools.StorageTool format failed (exit {fmt.returncode}) for {self.data_dir}:\n"
                     f"{(fmt.stdout + fmt.stderr)[-3000:]}"
                 )
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                self._java("kafka.Kafka", str(server_properties), classpath=classpath),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.work_dir,
-                start_new_session=True,
-            )
-        await_start(
-            self,
-            lambda: (
-                port_open(self.host, self.port)
-                and metadata_ok(f"{self.host}:{self.port}", timeout_s=2.0)
-                and self._group_coordinator_ready()
-            ),
-            timeout_s,
-            BrokerError,
-            f"Kafka exited with code {{code}} while starting on {self.bootstrap}; see {self.log_path}",
-            f"Kafka on {self.bootstrap} did not answer metadata within {timeout_s:g}s; see {self.log_path}",
+
+    def command(self) -> list[str]:
+        return self._java("kafka.Kafka", str(self.server_properties))
+
+    def ready(self) -> bool:
+        return (
+            port_open(self.host, self.port)
+            and metadata_ok(f"{self.host}:{self.port}", timeout_s=2.0)
+            and self._group_coordinator_ready()
         )
-        return self
 
     def _group_coordinator_ready(self) -> bool:
         """True once a consumer group's offsets can be read: the first such request makes the broker
@@ -320,18 +319,6 @@ class KafkaBroker:
         if key_password:
             props["ssl.key.password"] = key_password
         return props
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM (a controlled shutdown), then SIGKILL; the JVM is the leader of its own session."""
-        proc, self.process = self.process, None
-        if proc is not None:
-            stop_session(proc, timeout_s)
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")

@@ -6,80 +6,27 @@ Memory storage only: the broker's data lives as long as its process. It binds to
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from airflow_kafka_backpressure.kafka.clients import new_client
+from kbp_local.process import LocalServer, await_start, free_port, port_open, stop_session
+
+# the process helpers' first home: the tests, the benches and docker/ import them from here too
+__all__ = [
+    "BrokerError",
+    "TansuBroker",
+    "await_start",
+    "free_port",
+    "metadata_ok",
+    "port_open",
+    "stop_session",
+    "tansu_binary",
+]
 
 
 class BrokerError(RuntimeError):
     pass
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def stop_session(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
-    """Stop a server started as the leader of its own session: SIGCONT (a test may have frozen it),
-    SIGTERM to its whole process group, SIGKILL if the leader has not exited within ``timeout_s``;
-    then SIGKILL to whatever is left in the group (a JVM's Python workers)."""
-    for sig in (signal.SIGCONT, signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        if sig == signal.SIGCONT:
-            continue
-        try:
-            proc.wait(timeout=timeout_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def await_start(
-    server: Any,
-    ready: Callable[[], bool],
-    timeout_s: float,
-    error: type[Exception],
-    exited: str,
-    timed_out: str,
-    interval_s: float = 0.2,
-) -> None:
-    """The start-up wait of the local servers: poll ``ready()`` until it is true for ``server``,
-    whose ``process`` was just started. If the process exits first, forget it and raise
-    ``error(exited.format(code=<exit code>))``; after ``timeout_s``, ``server.stop()`` and raise
-    ``error(timed_out)``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            code = server.process.returncode
-            server.process = None
-            raise error(exited.format(code=code))
-        if ready():
-            return
-        time.sleep(interval_s)
-    server.stop()
-    raise error(timed_out)
-
-
-def port_open(host: str, port: int) -> bool:
-    """True when something accepts TCP connections on ``host:port``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
 
 
 def tansu_binary() -> str:
@@ -118,17 +65,23 @@ def metadata_ok(bootstrap: str, timeout_s: float = 2.0) -> bool:
         admin.close()
 
 
-class TansuBroker:
+class TansuBroker(LocalServer):
     """A Tansu broker process on ``127.0.0.1:port``; a context manager.
 
     >>> with TansuBroker() as broker:
     ...     broker.bootstrap  # '127.0.0.1:PORT'
     """
 
+    what = "the Tansu broker"
+    error = BrokerError
+    start_timeout_s = 30.0
+    stop_timeout_s = 10.0
+    ready_interval_s = 0.05
+
     def __init__(self, port: int | None = None, host: str = "127.0.0.1", log_path: str | Path | None = None):
         self.host = host
         self.port = port or free_port(host)
-        self.log_path = Path(log_path) if log_path else None
+        self._log_path = Path(log_path) if log_path else None
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -136,8 +89,12 @@ class TansuBroker:
         return f"{self.host}:{self.port}"
 
     @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+    def address(self) -> str:
+        return self.bootstrap
+
+    @property
+    def log_path(self) -> Path | None:
+        return self._log_path
 
     def command(self) -> list[str]:
         url = f"tcp://{self.host}:{self.port}"
@@ -152,42 +109,5 @@ class TansuBroker:
             "memory://tansu/",
         ]
 
-    def start(self, timeout_s: float = 30.0) -> TansuBroker:
-        if self.process is not None:
-            raise BrokerError(f"broker on {self.bootstrap} already started (pid {self.pid})")
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        try:
-            self.process = subprocess.Popen(
-                self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        finally:
-            if self.log_path:
-                out.close()  # type: ignore[union-attr]
-        see = f"; see {self.log_path}" if self.log_path else ""
-        await_start(
-            self,
-            lambda: metadata_ok(self.bootstrap, timeout_s=1.0),
-            timeout_s,
-            BrokerError,
-            f"Tansu broker exited with code {{code}} while starting on {self.bootstrap}{see}",
-            f"Tansu broker on {self.bootstrap} did not answer metadata within {timeout_s}s",
-            interval_s=0.05,
-        )
-        return self
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=timeout_s)
-
-    def __enter__(self) -> TansuBroker:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def ready(self) -> bool:
+        return metadata_ok(self.bootstrap, timeout_s=1.0)

@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from kbp_local.broker import await_start, free_port, port_open, stop_session
+from kbp_local.process import LocalServer, free_port, port_open
 
 #: Region in the clients' request signatures (SeaweedFS serves any; clients need one to sign).
 REGION = "us-east-1"
@@ -65,13 +65,22 @@ def weed_binary() -> str:
     return found
 
 
-class S3Server:
+class S3Server(LocalServer):
     """SeaweedFS's S3 gateway on ``http://127.0.0.1:port``; a context manager.
 
     >>> with S3Server(work_dir="/tmp/kbp-s3") as s3:
     ...     s3.create_bucket("demo")
     ...     s3.endpoint  # 'http://127.0.0.1:PORT'
     """
+
+    what = "SeaweedFS"
+    error = S3ServerError
+    start_timeout_s = 60.0
+    # after SIGTERM the master and volume server stop at once, but the filer's graceful gRPC stop
+    # waits 15 s for the S3 gateway's subscription in the same process; a kill loses nothing written
+    # (volumes are append-only files, the filer's LevelDB keeps a journal, and the kernel holds what
+    # the process wrote)
+    stop_timeout_s = 5.0
 
     def __init__(
         self,
@@ -108,12 +117,16 @@ class S3Server:
         return f"http://{self.host}:{self.port}"
 
     @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+    def address(self) -> str:
+        return self.endpoint
 
     @property
     def log_path(self) -> Path:
         return self.work_dir / "seaweedfs.log"
+
+    @property
+    def cwd(self) -> Path:
+        return self.work_dir
 
     @property
     def data_dir(self) -> Path:
@@ -200,7 +213,7 @@ class S3Server:
         except (OSError, ValueError, KeyError, TypeError):
             return 0
 
-    def _answers(self) -> bool:
+    def ready(self) -> bool:
         """True when the gateway answers a signed ListBuckets and a volume server has registered."""
         from pyarrow.fs import AwsStandardS3RetryStrategy, FileSelector
 
@@ -215,52 +228,15 @@ class S3Server:
         except OSError:
             return False
 
-    def start(self, timeout_s: float = 60.0) -> S3Server:
-        if self.process is not None:
-            raise S3ServerError(f"S3 server on {self.endpoint} already started (pid {self.pid})")
+    def prepare(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.identities_path.unlink(missing_ok=True)  # holds the credentials: created owner-only
         fd = os.open(self.identities_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(self.identities(), f, indent=2)
         (self.work_dir / "master.toml").write_text(MASTER_TOML)
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                self.command(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.work_dir,
-                start_new_session=True,
-            )
-        try:
-            await_start(
-                self,
-                self._answers,
-                timeout_s,
-                S3ServerError,
-                f"SeaweedFS exited with code {{code}} while starting on {self.endpoint}; see {self.log_path}",
-                f"SeaweedFS's S3 gateway on {self.endpoint} did not answer within {timeout_s:g}s; see {self.log_path}",
-            )
-        except S3ServerError:
-            self.stop()  # the sockets it left in /tmp
-            raise
-        return self
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """SIGTERM to the session, SIGKILL after ``timeout_s``; then remove the gRPC sockets
-        SeaweedFS leaves in /tmp. After SIGTERM the master and volume server stop at once, but the
-        filer's graceful gRPC stop waits 15 s for the S3 gateway's subscription in the same process;
-        a kill loses nothing written (volumes are append-only files, the filer's LevelDB keeps a
-        journal, and the kernel holds what the process wrote)."""
-        proc, self.process = self.process, None
-        if proc is not None:
-            stop_session(proc, timeout_s)
+    def cleanup(self) -> None:
+        """The gRPC sockets SeaweedFS leaves in /tmp."""
         for name in ("master", "volume", "filer", "s3"):
             Path(f"/tmp/seaweedfs-{name}-grpc-{self.ports[f'{name}.port.grpc']}.sock").unlink(missing_ok=True)
-
-    def __enter__(self) -> S3Server:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
-from kbp_local.broker import await_start, free_port, port_open, stop_session
+from kbp_local.process import LocalServer, free_port, port_open
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: The server's environment variable for its pre-shared token (Spark's own name).
@@ -34,12 +34,17 @@ class SparkConnectError(RuntimeError):
     pass
 
 
-class SparkConnectServer:
+class SparkConnectServer(LocalServer):
     """A Spark Connect server on ``127.0.0.1:port`` running ``master``; a context manager.
 
     >>> with SparkConnectServer(work_dir="/tmp/kbp-connect") as server:
     ...     server.url  # 'sc://127.0.0.1:PORT'
     """
+
+    what = "the Spark Connect server"
+    error = SparkConnectError
+    start_timeout_s = 120.0
+    stop_timeout_s = 30.0
 
     def __init__(
         self,
@@ -72,12 +77,20 @@ class SparkConnectServer:
         return f"sc://localhost:{self.port}/;token={self.token}"
 
     @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+    def address(self) -> str:
+        return self.url
 
     @property
     def log_path(self) -> Path:
         return self.work_dir / "spark-connect.log"
+
+    @property
+    def cwd(self) -> Path:
+        return self.work_dir
+
+    @property
+    def _local_only(self) -> bool:
+        return self.host in ("127.0.0.1", "localhost")
 
     def command(self) -> list[str]:
         conf = spark_conf_defaults(
@@ -90,8 +103,13 @@ class SparkConnectServer:
             },
             local_only=self.host in ("127.0.0.1", "localhost"),
         )
+        spark_submit = shutil.which("spark-submit", path=self.env().get("PATH"))
+        if spark_submit is None:
+            raise SparkConnectError(
+                "spark-submit is not on PATH: install pyspark in this interpreter's environment"
+            )
         cmd = [
-            "spark-submit",
+            spark_submit,
             "--master",
             self.master,
             "--class",
@@ -103,48 +121,16 @@ class SparkConnectServer:
             cmd += ["--conf", f"{key}={value}"]
         return [*cmd, "spark-internal"]
 
-    def start(self, timeout_s: float = 120.0) -> SparkConnectServer:
-        if self.process is not None:
-            raise SparkConnectError(f"Spark Connect server {self.url} already started (pid {self.pid})")
+    def prepare(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
+
+    def env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(spark_submit_env(self.work_dir, local_only=self.host in ("127.0.0.1", "localhost")))
+        env.update(spark_submit_env(self.work_dir, local_only=self._local_only))
         env.pop(TOKEN_ENV, None)
         if self.token is not None:
             env[TOKEN_ENV] = self.token
-        spark_submit = shutil.which("spark-submit", path=env.get("PATH"))
-        if spark_submit is None:
-            raise SparkConnectError(
-                "spark-submit is not on PATH: install pyspark in this interpreter's environment"
-            )
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [spark_submit, *self.command()[1:]],
-                env=env,
-                cwd=self.work_dir,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        await_start(
-            self,
-            lambda: port_open(self.host, self.port),
-            timeout_s,
-            SparkConnectError,
-            f"the Spark Connect server exited with code {{code}} while starting; see {self.log_path}",
-            f"the Spark Connect server did not open {self.url} within {timeout_s:g}s; see {self.log_path}",
-        )
-        return self
+        return env
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM the server's process group (the JVM and its Python workers), then SIGKILL."""
-        proc, self.process = self.process, None
-        if proc is not None:
-            stop_session(proc, timeout_s)
-
-    def __enter__(self) -> SparkConnectServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def ready(self) -> bool:
+        return port_open(self.host, self.port)
