@@ -54,6 +54,17 @@ def engine_for(name: str, hook: Any, executors: int) -> Engine:
     return getattr(importlib.import_module(module), function)(hook, executors)
 
 
+def spark_master(name: str, hook: Any) -> str | None:
+    """The Spark master engine ``name``'s batches run on, as far as the Airflow side can know it: the
+    engine module's ``spark_master(hook)``, or None for an engine without one (a Spark Connect
+    server's master is the server's own)."""
+    if name not in REGISTRY:
+        raise ValueError(f"engine = {name!r} is invalid: use one of {', '.join(ENGINES)}")
+    module = REGISTRY[name][0].partition(":")[0]
+    master_of = getattr(importlib.import_module(module), "spark_master", None)
+    return None if master_of is None else master_of(hook)
+
+
 class BatchJobError(RuntimeError):
     """The batch's job failed; ``job_message`` is what happened, for the ledger and the task log."""
 

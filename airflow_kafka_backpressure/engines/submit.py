@@ -347,6 +347,11 @@ class SubmitEngine(Engine):
         stop_processes(procs)
 
 
+def spark_master(hook: Any) -> str:
+    """The master of the hook's ``spark`` connection, where every batch's application runs."""
+    return str(hook.submit_connection()[0])
+
+
 def from_hook(hook: Any, executors: int) -> SubmitEngine:
     """The engine of an attempt for :class:`~airflow_kafka_backpressure.hooks.spark_batch.SparkBatchHook`:
     its ``spark`` connection through the Spark provider's ``SparkSubmitHook`` (imported here, when a

@@ -26,6 +26,7 @@ from airflow_kafka_backpressure.batch.models import Adoption, BatchMetrics, Batc
 from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 
 from ..engines import ENGINES, Engine, engine_for, supervise
+from ..engines import spark_master as engines_spark_master
 from ..engines.environment import work_root  # noqa: F401 - where the tests and users find it
 
 
@@ -73,6 +74,11 @@ class SparkBatchHook(BaseHook):
         if conn.port:
             master = f"{master}:{conn.port}"
         return master, str((conn.extra_dejson or {}).get("deploy-mode") or "client")
+
+    def spark_master(self) -> str | None:
+        """The Spark master the pipeline's batches run on, where the engine can tell (see
+        :func:`~airflow_kafka_backpressure.engines.spark_master`)."""
+        return engines_spark_master(self.pipeline.engine, self)
 
     def connect_url(self) -> str:
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook

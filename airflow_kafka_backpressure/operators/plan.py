@@ -91,7 +91,7 @@ class PlanOffsetRangesOperator(PipelineOperator):
             self.log.info("Run %s already has batch %s: reusing its ranges", run_id, stored.batch_id)
             return stored.to_xcom()
 
-        refusal = sink_refusal(p, self._spark_master())
+        refusal = sink_refusal(p, SparkBatchHook.for_pipeline(p).spark_master())
         if refusal:
             raise SinkRefused(refusal)
         settings = load_settings(p)  # an invalid edit fails here, before anything is written
@@ -202,13 +202,6 @@ class PlanOffsetRangesOperator(PipelineOperator):
             save_controller(p, controller, settings)
         self.log.info("Pipeline %s: %s", p.name, waiting.reason())
         raise AirflowSkipException(waiting.reason())
-
-    def _spark_master(self) -> str | None:
-        """The submit engine's Spark master (None for Spark Connect: its server's master is not known here)."""
-        if self.pipeline.engine != "submit":
-            return None
-
-        return SparkBatchHook.for_pipeline(self.pipeline).submit_connection()[0]
 
     def _topic_resets(self, ledger: Ledger, topic_ids: dict[str, str | None]) -> set[str]:
         """Topics deleted and created again since the newest plan (their ids changed): refused with

@@ -472,3 +472,18 @@ def test_once_the_launcher_is_gone_the_driver_hands_nothing_back_and_waits_for_t
     settled.join(5)
     assert not settled.is_alive()
     LauncherWatch().settle()  # nothing watched: nothing to wait for
+
+
+def test_the_spark_master_comes_from_the_engines_module():
+    """The plan task asks the engine where batches run (a local sink is refused under a master with
+    executors on other hosts): submit answers its connection's master, connect has none to give."""
+    from airflow_kafka_backpressure import engines
+
+    class Hook:
+        def submit_connection(self) -> tuple[str, str]:
+            return "spark://10.1.2.3:7077", "client"
+
+    assert engines.spark_master("submit", Hook()) == "spark://10.1.2.3:7077"
+    assert engines.spark_master("connect", Hook()) is None
+    with pytest.raises(ValueError, match="engine = 'yarn' is invalid: use one of submit, connect"):
+        engines.spark_master("yarn", Hook())
