@@ -38,14 +38,16 @@ DEFAULT_CLIENT = CLIENT_AUTO
 # and a hot partition of a million offsets is still read by five tasks at once.
 DEFAULT_MAX_RECORDS_PER_PARTITION = 200_000
 #: Rows per Arrow record batch a Python reader task hands to Spark (the reader option
-#: ``max_records_per_batch``; not the settings key of that name, :data:`..config.DEFAULT_MAX_RECORDS_PER_BATCH`,
-#: which caps the records of a whole batch).
+#: ``arrow_batch_rows``, which was ``max_records_per_batch`` before: the settings key of that name
+#: caps the records of a whole batch).
 DEFAULT_ARROW_BATCH_ROWS = 10_000
 #: The Parquet codecs Spark's writer takes (``spark.sql.parquet.compression.codec``); writer
 #: ``arrow`` takes those pyarrow writes and refuses the others when the batch runs.
 PARQUET_CODECS = ("none", "uncompressed", "snappy", "gzip", "lzo", "brotli", "lz4", "lz4_raw", "zstd")
 #: Keys that moved from ``reader_options`` to ``sink_options``.
 MOVED_TO_SINK_OPTIONS = ("writer", "parquet_compression", "parquet_plain_columns")
+#: ``reader_options`` keys renamed: old name -> new name (the old one still read, with a warning).
+RENAMED_READER_OPTIONS = {"max_records_per_batch": "arrow_batch_rows"}
 
 
 def _option(default: Any, *, doc: str, allowed: str, check: Callable[[Any], str | None]) -> Any:
@@ -128,9 +130,9 @@ class ReaderOptions(_Options):
         allowed=">= 0",
         check=_int_at_least(0),
     )
-    max_records_per_batch: int = _option(
+    arrow_batch_rows: int = _option(
         DEFAULT_ARROW_BATCH_ROWS,
-        doc="rows per Arrow record batch a Python reader task hands to Spark",
+        doc="rows per Arrow record batch a Python reader task hands to Spark (was max_records_per_batch, still read with a warning)",
         allowed=">= 1",
         check=_int_at_least(1),
     )
@@ -166,18 +168,36 @@ class SinkOptions(_Options):
 
 
 def split_reader_options(value: Any, pipeline: str) -> tuple[Any, dict[str, Any]]:
-    """``reader_options`` as given, without the keys that moved to ``sink_options``, and those keys
-    (with a warning naming them). Anything but a JSON object is returned as it is, for
-    :meth:`ReaderOptions.from_mapping` to refuse."""
+    """``reader_options`` as given, with renamed keys under their new names and without the keys
+    that moved to ``sink_options``, and those keys (each change with a warning naming it). Anything
+    but a JSON object is returned as it is, for :meth:`ReaderOptions.from_mapping` to refuse."""
     if not isinstance(value, Mapping):
         return value, {}
+    renamed = {old: new for old, new in RENAMED_READER_OPTIONS.items() if old in value}
+    both = sorted(old for old, new in renamed.items() if new in value)
+    if both:
+        raise ValueError(
+            f"pipeline {pipeline!r}: reader_options has both {both} and their new names "
+            f"{[RENAMED_READER_OPTIONS[k] for k in both]}; keep the new names only"
+        )
+    if renamed:
+        _deprecated(
+            f"pipeline {pipeline!r}: reader_options key(s) renamed: "
+            + ", ".join(f"{old!r} is now {new!r}" for old, new in sorted(renamed.items()))
+            + " (the settings Variable's max_records_per_batch caps a whole batch; this option sizes "
+            "the Python reader's Arrow record batches)"
+        )
+        value = {renamed.get(k, k): v for k, v in value.items()}
     moved = {k: value[k] for k in MOVED_TO_SINK_OPTIONS if k in value}
     if not moved:
         return value, {}
-    message = (
+    _deprecated(
         f"pipeline {pipeline!r}: reader_options key(s) {sorted(moved)} moved to sink_options; "
         f"write them as sink_options: {moved!r}"
     )
-    warnings.warn(message, DeprecationWarning, stacklevel=3)
-    log.warning("%s", message)
     return {k: v for k, v in value.items() if k not in moved}, moved
+
+
+def _deprecated(message: str) -> None:
+    warnings.warn(message, DeprecationWarning, stacklevel=4)
+    log.warning("%s", message)

@@ -87,7 +87,7 @@ def test_a_valid_file_loads_with_the_defaults():
             {"reader_options": {"client": "librdkafka"}},
             ["reader_options.client", "auto, confluent, kafka-python"],
         ),
-        ({"reader_options": {"max_records_per_batch": 0}}, ["reader_options.max_records_per_batch", ">= 1"]),
+        ({"reader_options": {"arrow_batch_rows": 0}}, ["reader_options.arrow_batch_rows", ">= 1"]),
         ({"reader_options": {"max_records_per_partition": "10"}}, ["max_records_per_partition", "integer"]),
         ({"reader_options": ["client"]}, ["reader_options must be a JSON object"]),
         ({"sink_options": {"parquet_compression": "lzma"}}, ["sink_options.parquet_compression", "zstd"]),
@@ -201,12 +201,12 @@ def test_reader_and_sink_options_are_typed_and_reach_the_job_as_one_flat_dict():
         sink_options={"writer": "spark", "parquet_compression": "zstd", "parquet_plain_columns": ["value"]},
     )
     assert (p.reader_options.client, p.reader_options.max_records_per_partition) == ("kafka-python", 0)
-    assert p.reader_options.max_records_per_batch == 10_000  # the default
+    assert p.reader_options.arrow_batch_rows == 10_000  # the default
     assert p.sink_options.parquet_plain_columns == ("value",)
     assert {**p.reader_options.job_options(), **p.sink_options.job_options()} == {
         "client": "kafka-python",
         "max_records_per_partition": 0,
-        "max_records_per_batch": 10_000,
+        "arrow_batch_rows": 10_000,
         "writer": "spark",
         "parquet_compression": "zstd",
         "parquet_plain_columns": ["value"],
@@ -223,6 +223,18 @@ def test_sink_keys_in_reader_options_move_to_sink_options_with_a_warning(caplog)
     assert (p.sink_options.writer, p.sink_options.parquet_compression) == ("spark", "gzip")
     assert p.reader_options.client == "confluent"
     assert "write them as sink_options" in caplog.text
+
+
+def test_the_python_readers_arrow_batch_rows_keep_their_old_name_with_a_warning(caplog):
+    """reader_options.max_records_per_batch shared its name with the settings key that caps a whole
+    batch; it is arrow_batch_rows now, and a pipelines file with the old name still loads."""
+    with pytest.warns(DeprecationWarning, match=r"'max_records_per_batch' is now 'arrow_batch_rows'"):
+        (p,) = load(reader_options={"max_records_per_batch": 500, "client": "confluent"})
+    assert (p.reader_options.arrow_batch_rows, p.reader_options.client) == (500, "confluent")
+    assert p.reader_options.job_options()["arrow_batch_rows"] == 500
+    assert "caps a whole batch" in caplog.text
+    with pytest.raises(ValueError, match=r"both \['max_records_per_batch'\] and their new names"):
+        load(reader_options={"max_records_per_batch": 500, "arrow_batch_rows": 600})
 
 
 def test_a_planned_batch_waits_for_its_ingest_task_a_lease_two_intervals_and_a_minute_at_least():
