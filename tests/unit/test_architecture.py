@@ -129,3 +129,21 @@ def test_no_modules_import_each_other_in_a_loop():
         if v not in index:
             visit(v)
     assert not loops, loops
+
+
+def test_the_package_imports_none_of_the_demos_or_tests_tooling():
+    """``kbp_local`` (the demo's and the tests' servers), ``tests`` and ``bench`` are not in the wheel:
+    an import of them from the package would break every installed deployment."""
+    tooling = ("kbp_local", "tests", "bench")
+    found = []
+    for name, path in sorted(modules().items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            found += [f"{name} imports {t}" for t in targets if t.split(".")[0] in tooling]
+    assert not found, found
