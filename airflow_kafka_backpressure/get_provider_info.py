@@ -3,7 +3,8 @@
 Keep this module free of heavy imports (the standard library only): Airflow loads it while starting up.
 
 **Connection types.** ``kbp_ledger`` (:class:`~airflow_kafka_backpressure.hooks.ledger.LedgerHook`)
-is this provider's own. The Kafka connection uses the format of the official
+and ``schema_registry`` (:class:`~airflow_kafka_backpressure.hooks.schema_registry.SchemaRegistryHook`)
+are this provider's own. The Kafka connection uses the format of the official
 ``apache-airflow-providers-apache-kafka`` (conn type ``kafka``), which our
 :class:`~airflow_kafka_backpressure.hooks.kafka_offsets.KafkaOffsetsHook` reads as it is. Airflow
 registers a connection type for the first provider that declares it, in the order of the
@@ -76,6 +77,50 @@ KAFKA_CONNECTION: dict[str, Any] = {
 }
 
 
+#: The record decoders' Schema Registry (Confluent's REST API, as Confluent Platform and Cloud and the
+#: registries compatible with it serve it); its credentials reach the registry client only.
+SCHEMA_REGISTRY_CONNECTION: dict[str, Any] = {
+    "connection-type": "schema_registry",
+    "hook-class-name": "airflow_kafka_backpressure.hooks.schema_registry.SchemaRegistryHook",
+    "hook-name": "Schema Registry (Confluent API)",
+    "ui-field-behaviour": {
+        "hidden-fields": ["schema", "extra"],
+        "relabeling": {
+            "host": "Registry URL",
+            "login": "User (basic auth)",
+            "password": "Password (basic auth)",
+        },
+        "placeholders": {
+            "host": "https://registry.example.com:8081",
+            "port": "used when the URL has no scheme",
+            "login": "user or API key",
+        },
+    },
+    "conn-fields": {
+        "ca_location": {
+            "label": "TLS CA certificate",
+            "description": "Path on the workers of the PEM file (or directory) of the CA that signed the registry's certificate; empty: the system's CAs.",
+            "schema": {"type": ["string", "null"]},
+        },
+        "certificate_location": {
+            "label": "TLS client certificate",
+            "description": "Path of a PEM client certificate, for a registry that asks for one.",
+            "schema": {"type": ["string", "null"]},
+        },
+        "key_location": {
+            "label": "TLS client key",
+            "description": "Path of the client certificate's PEM private key (if not in the certificate's file).",
+            "schema": {"type": ["string", "null"]},
+        },
+        "timeout_s": {
+            "label": "Timeout (s)",
+            "description": "Seconds per request to the registry.",
+            "schema": {"type": ["number", "null"], "default": 30.0},
+        },
+    },
+}
+
+
 def official_kafka_provider_installed() -> bool:
     from importlib.metadata import PackageNotFoundError, distribution
 
@@ -88,14 +133,15 @@ def official_kafka_provider_installed() -> bool:
 
 def connection_types(official_kafka: bool) -> list[dict[str, Any]]:
     """The connection types this provider declares (``kafka`` only without the official provider)."""
-    return [LEDGER_CONNECTION] if official_kafka else [LEDGER_CONNECTION, KAFKA_CONNECTION]
+    ours = [LEDGER_CONNECTION, SCHEMA_REGISTRY_CONNECTION]
+    return ours if official_kafka else [*ours, KAFKA_CONNECTION]
 
 
 def ui_field_behaviour(conn_type: str) -> dict[str, Any]:
     """A declared form in the shape of ``BaseHook.get_ui_field_behaviour()``."""
-    declared = {c["connection-type"]: c for c in (LEDGER_CONNECTION, KAFKA_CONNECTION)}[conn_type][
-        "ui-field-behaviour"
-    ]
+    declared = {
+        c["connection-type"]: c for c in (LEDGER_CONNECTION, KAFKA_CONNECTION, SCHEMA_REGISTRY_CONNECTION)
+    }[conn_type]["ui-field-behaviour"]
     return {
         "hidden_fields": list(declared["hidden-fields"]),
         "relabeling": dict(declared["relabeling"]),
@@ -150,6 +196,7 @@ def provider_info(official_kafka: bool) -> dict:
                 "python-modules": [
                     "airflow_kafka_backpressure.hooks.kafka_offsets",
                     "airflow_kafka_backpressure.hooks.ledger",
+                    "airflow_kafka_backpressure.hooks.schema_registry",
                 ],
             }
         ],

@@ -1,6 +1,7 @@
 """SchemaRegistryHook: a ``schema_registry`` connection → confluent-kafka's ``SchemaRegistryClient``.
 
-The connection (type ``schema_registry``, form :data:`SCHEMA_REGISTRY_CONNECTION`):
+The connection (type ``schema_registry``, its form declared in
+:data:`~airflow_kafka_backpressure.get_provider_info.SCHEMA_REGISTRY_CONNECTION`):
 
 * **Host**: the registry's URL, ``https://registry.example.com:8081`` (several, comma-separated,
   are tried in turn); without a scheme, ``http://`` and the Port field. Credentials in the URL
@@ -24,51 +25,10 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseHook
 
 from ..decoders.registry import ConfluentSchemas
+from ..get_provider_info import SCHEMA_REGISTRY_CONNECTION, ui_field_behaviour
 
-CONN_TYPE = "schema_registry"
-DEFAULT_TIMEOUT_S = 30.0
-
-#: The connection type as the provider declares it (``connection-types`` of get_provider_info).
-SCHEMA_REGISTRY_CONNECTION: dict[str, Any] = {
-    "connection-type": CONN_TYPE,
-    "hook-class-name": "airflow_kafka_backpressure.hooks.schema_registry.SchemaRegistryHook",
-    "hook-name": "Schema Registry (Confluent API)",
-    "ui-field-behaviour": {
-        "hidden-fields": ["schema", "extra"],
-        "relabeling": {
-            "host": "Registry URL",
-            "login": "User (basic auth)",
-            "password": "Password (basic auth)",
-        },
-        "placeholders": {
-            "host": "https://registry.example.com:8081",
-            "port": "used when the URL has no scheme",
-            "login": "user or API key",
-        },
-    },
-    "conn-fields": {
-        "ca_location": {
-            "label": "TLS CA certificate",
-            "description": "Path on the workers of the PEM file (or directory) of the CA that signed the registry's certificate; empty: the system's CAs.",
-            "schema": {"type": ["string", "null"]},
-        },
-        "certificate_location": {
-            "label": "TLS client certificate",
-            "description": "Path of a PEM client certificate, for a registry that asks for one.",
-            "schema": {"type": ["string", "null"]},
-        },
-        "key_location": {
-            "label": "TLS client key",
-            "description": "Path of the client certificate's PEM private key (if not in the certificate's file).",
-            "schema": {"type": ["string", "null"]},
-        },
-        "timeout_s": {
-            "label": "Timeout (s)",
-            "description": "Seconds per request to the registry.",
-            "schema": {"type": ["number", "null"], "default": DEFAULT_TIMEOUT_S},
-        },
-    },
-}
+CONN_TYPE = SCHEMA_REGISTRY_CONNECTION["connection-type"]
+DEFAULT_TIMEOUT_S = float(SCHEMA_REGISTRY_CONNECTION["conn-fields"]["timeout_s"]["schema"]["default"])
 
 
 class SchemaRegistryError(ValueError):
@@ -87,12 +47,8 @@ class SchemaRegistryHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        form = SCHEMA_REGISTRY_CONNECTION["ui-field-behaviour"]
-        return {
-            "hidden_fields": list(form["hidden-fields"]),
-            "relabeling": dict(form["relabeling"]),
-            "placeholders": dict(form["placeholders"]),
-        }
+        """The connection form (declared once, in :mod:`..get_provider_info`)."""
+        return ui_field_behaviour(cls.conn_type)
 
     @property
     def where(self) -> str:

@@ -84,14 +84,24 @@ def test_without_the_official_provider_both_types_are_ours_with_their_forms():
     assert by_type["kafka"]["class"] == "airflow_kafka_backpressure.hooks.kafka_offsets.KafkaOffsetsHook"
     assert by_type["kafka"]["package_name"] == "airflow-provider-kafka-backpressure"
     behaviours, _ = _airflow("providers", "behaviours", "-o", "json")
-    assert {"kafka", "kbp_ledger"} <= {b["field_behaviours"] for b in behaviours}
+    assert {"kafka", "kbp_ledger", "schema_registry"} <= {b["field_behaviours"] for b in behaviours}
     widgets, _ = _airflow("providers", "widgets", "-o", "json")
     ours = {
         w["connection_parameter_name"]
         for w in widgets
         if w["package_name"] == "airflow-provider-kafka-backpressure"
     }
-    assert ours == {"extra__kbp_ledger__sqlalchemy_url", "extra__kbp_ledger__driver"}
+    assert ours == {
+        "extra__kbp_ledger__sqlalchemy_url",
+        "extra__kbp_ledger__driver",
+        *(
+            f"extra__schema_registry__{f}"
+            for f in ("ca_location", "certificate_location", "key_location", "timeout_s")
+        ),
+    }
+    registry = by_type["schema_registry"]
+    assert registry["class"] == "airflow_kafka_backpressure.hooks.schema_registry.SchemaRegistryHook"
+    assert registry["package_name"] == "airflow-provider-kafka-backpressure"
     listed, _ = _airflow("providers", "list", "-o", "json")
     assert "airflow-provider-kafka-backpressure" in {p["package_name"] for p in listed}
     assert "already registered" not in log

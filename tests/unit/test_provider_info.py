@@ -69,7 +69,8 @@ def test_both_variants_validate_and_declare_forms_airflow_accepts(official_kafka
     }
     jsonschema.validate(info["connection-types"], connection_schema)
     declared = [c["connection-type"] for c in info["connection-types"]]
-    assert declared == (["kbp_ledger"] if official_kafka else ["kbp_ledger", "kafka"])
+    ours = ["kbp_ledger", "schema_registry"]
+    assert declared == (ours if official_kafka else [*ours, "kafka"])
     import airflow
 
     behaviour_schema = json.loads(
