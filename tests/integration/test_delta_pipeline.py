@@ -4,6 +4,13 @@ the pipeline's ``spark_conf``: ingest, a failed batch and its replay, a cleared 
 batch, each record once; a batch committed by a worker that died before the ledger's mark,
 adopted; on a local path and on the real S3 server (``s3a://``, hadoop-aws).
 
+Which table each test runs on: the whole life of a pipeline on both (S3 through spark-submit, a
+local path through the connect engine); the adoption, the kill and the zombie attempt on S3, the
+store whose commits are the hardest (no rename, the ledger's lock per table); the timeout on a local
+path (its stop is the kill's path). Each of these took 1-3 minutes per table under load, and their
+local-path copies repeated what the S3 ones show (2026-11-29: seven minutes of the suite's
+foreground).
+
 The table is read back without Spark and without the product's code: the Delta log's JSON commits
 replayed (``add`` minus ``remove``) and the live Parquet files read with pyarrow.
 """
@@ -123,9 +130,7 @@ def batch_commits(table: Table) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize(
-    "engine, table", [("submit", "local"), ("submit", "s3"), ("connect", "local")], indirect=["table"]
-)
+@pytest.mark.parametrize("engine, table", [("submit", "s3"), ("connect", "local")], indirect=["table"])
 def test_a_delta_pipeline_ingests_fails_replays_and_rewrites_each_record_once(
     request, engine, kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table
 ):
@@ -180,6 +185,7 @@ def test_a_delta_pipeline_ingests_fails_replays_and_rewrites_each_record_once(
         assert sorted(json.loads(v)["id"] for v in rows) == list(ids)
 
 
+@pytest.mark.parametrize("table", ["s3"], indirect=True)
 def test_a_delta_batch_written_but_not_marked_is_adopted_without_writing_again(
     kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table
 ):
@@ -211,6 +217,7 @@ def test_a_delta_batch_written_but_not_marked_is_adopted_without_writing_again(
     assert ledger.losses(p.name) == []
 
 
+@pytest.mark.parametrize("table", ["s3"], indirect=True)
 def test_killing_a_delta_batchs_task_commits_nothing_and_the_replay_lands_it_once(
     kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table
 ):
@@ -286,6 +293,7 @@ def replayed_once_after_the_stop(make, fields: dict, flag, kafka_broker, table: 
     assert sum(committed(kafka_broker.bootstrap, p).values()) == 120
 
 
+@pytest.mark.parametrize("table", ["s3"], indirect=True)
 def test_a_zombie_attempt_of_a_delta_batch_is_refused_after_the_replay_committed_it(
     kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db, table
 ):
