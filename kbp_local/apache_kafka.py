@@ -205,7 +205,7 @@ class KafkaBroker(LocalServer):
         return props
 
     def _java(self, main: str, *args: str) -> list[str]:
-        classpath = os.pathsep.join(jar_paths(kafka_broker_jars()))
+        classpath = self._classpath
         return [
             java_binary(),
             f"-Xmx{self.heap}",
@@ -219,6 +219,7 @@ class KafkaBroker(LocalServer):
 
     def prepare(self) -> None:
         """The server's properties, its TLS files (secured), and its storage formatted once."""
+        self._classpath = os.pathsep.join(jar_paths(kafka_broker_jars()))
         (self.work_dir / "tmp").mkdir(parents=True, exist_ok=True)
         if self.secured and not self.ca_path.exists():
             make_server_tls(self.work_dir / "tls", hosts=(self.host,))

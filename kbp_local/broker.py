@@ -10,19 +10,7 @@ import subprocess
 from pathlib import Path
 
 from airflow_kafka_backpressure.kafka.clients import new_client
-from kbp_local.process import LocalServer, await_start, free_port, port_open, stop_session
-
-# the process helpers' first home: the tests, the benches and docker/ import them from here too
-__all__ = [
-    "BrokerError",
-    "TansuBroker",
-    "await_start",
-    "free_port",
-    "metadata_ok",
-    "port_open",
-    "stop_session",
-    "tansu_binary",
-]
+from kbp_local.process import LocalServer, free_port
 
 
 class BrokerError(RuntimeError):

@@ -15,14 +15,13 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["LocalServer", "await_start", "free_port", "port_open", "stop_session"]
+__all__ = ["LocalServer", "free_port", "port_open", "stop_session"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -51,32 +50,6 @@ def stop_session(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-
-
-def await_start(
-    server: Any,
-    ready: Callable[[], bool],
-    timeout_s: float,
-    error: type[Exception],
-    exited: str,
-    timed_out: str,
-    interval_s: float = 0.2,
-) -> None:
-    """The start-up wait of the local servers: poll ``ready()`` until it is true for ``server``,
-    whose ``process`` was just started. If the process exits first, forget it and raise
-    ``error(exited.format(code=<exit code>))``; after ``timeout_s``, ``server.stop()`` and raise
-    ``error(timed_out)``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            code = server.process.returncode
-            server.process = None
-            raise error(exited.format(code=code))
-        if ready():
-            return
-        time.sleep(interval_s)
-    server.stop()
-    raise error(timed_out)
 
 
 def port_open(host: str, port: int) -> bool:
@@ -159,20 +132,19 @@ class LocalServer:
         finally:
             if out:
                 out.close()
-        try:
-            await_start(
-                self,
-                self.ready,
-                timeout_s,
-                self.error,
-                f"{self.what} exited with code {{code}} while starting on {self.address}{see}",
-                f"{self.what} on {self.address} did not answer within {timeout_s:g}s{see}",
-                interval_s=self.ready_interval_s,
-            )
-        except self.error:
-            self.stop()  # what it left behind, too
-            raise
-        return self
+        deadline = time.monotonic() + timeout_s
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                self.process = None
+                self.stop()  # what it left behind
+                raise self.error(f"{self.what} exited with code {code} while starting on {self.address}{see}")
+            if self.ready():
+                return self
+            if time.monotonic() >= deadline:
+                self.stop()
+                raise self.error(f"{self.what} on {self.address} did not answer within {timeout_s:g}s{see}")
+            time.sleep(self.ready_interval_s)
 
     def stop(self, timeout_s: float | None = None) -> None:
         """SIGTERM to its process group, SIGKILL after ``timeout_s``, then :meth:`cleanup`."""

@@ -101,9 +101,9 @@ class SparkConnectServer(LocalServer):
                 "spark.connect.execute.manager.detachedTimeout": DETACHED_TIMEOUT,
                 **self.conf,
             },
-            local_only=self.host in ("127.0.0.1", "localhost"),
+            local_only=self._local_only,
         )
-        spark_submit = shutil.which("spark-submit", path=self.env().get("PATH"))
+        spark_submit = shutil.which("spark-submit", path=self._env.get("PATH"))
         if spark_submit is None:
             raise SparkConnectError(
                 "spark-submit is not on PATH: install pyspark in this interpreter's environment"
@@ -122,15 +122,17 @@ class SparkConnectServer(LocalServer):
         return [*cmd, "spark-internal"]
 
     def prepare(self) -> None:
+        """Its folder, and its environment (the command finds spark-submit on its PATH)."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
-
-    def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(spark_submit_env(self.work_dir, local_only=self._local_only))
         env.pop(TOKEN_ENV, None)
         if self.token is not None:
             env[TOKEN_ENV] = self.token
-        return env
+        self._env = env
+
+    def env(self) -> dict[str, str]:
+        return self._env
 
     def ready(self) -> bool:
         return port_open(self.host, self.port)

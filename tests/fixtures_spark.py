@@ -216,7 +216,7 @@ def spark_standalone() -> Iterator[StandaloneCluster]:
     import uuid
 
     from airflow_kafka_backpressure.engines.environment import pyspark_home, spark_submit_env
-    from kbp_local.broker import stop_session
+    from kbp_local.process import stop_session
 
     root = _TMP_ROOT / f"spark-standalone-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     java_tmp = root / "java-tmp"

@@ -43,7 +43,7 @@ from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.engines.process import stop_processes
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
 from airflow_kafka_backpressure.ledger import Ledger
-from kbp_local.broker import free_port
+from kbp_local.process import free_port
 
 from .pause_point import INJECT_DIR
 

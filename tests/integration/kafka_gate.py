@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from kbp_local.apache_kafka import KafkaBroker
-from kbp_local.broker import free_port
+from kbp_local.process import free_port
 
 FETCH = 1
 

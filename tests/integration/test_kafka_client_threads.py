@@ -12,7 +12,8 @@ import pytest
 
 from airflow_kafka_backpressure.batch.models import TopicPartition
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets, KafkaUnavailableError
-from kbp_local.broker import free_port, metadata_ok
+from kbp_local.broker import metadata_ok
+from kbp_local.process import free_port
 from kbp_local.producer import ensure_topic, produce
 
 ATTEMPTS = 3

@@ -163,7 +163,7 @@ def test_retention_risk_from_the_offsets_the_broker_reports(lag_dag):
 
 
 def test_an_unreachable_broker_fails_the_deferred_sensor_with_the_connection_named(lag_dag, monkeypatch):
-    from kbp_local.broker import free_port
+    from kbp_local.process import free_port
 
     run, *_ = lag_dag
     monkeypatch.setenv(

@@ -10,7 +10,7 @@ import pytest
 from airflow_kafka_backpressure.batch.models import TopicPartition
 from airflow_kafka_backpressure.kafka.config import KafkaConfigError
 from airflow_kafka_backpressure.kafka.offsets import KafkaUnavailableError, TopicNotFoundError
-from kbp_local.broker import free_port
+from kbp_local.process import free_port
 from kbp_local.producer import ensure_topic, produce
 from tests.faults.harness import wait_for
 

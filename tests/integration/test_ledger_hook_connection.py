@@ -55,7 +55,7 @@ def test_a_wrong_password_fails_with_a_message_that_hides_it(postgres_url, monke
 
 
 def test_an_unreachable_server_fails_clearly(monkeypatch):
-    from kbp_local.broker import free_port
+    from kbp_local.process import free_port
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_KBP_PG_DEAD",

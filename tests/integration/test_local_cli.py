@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
-from kbp_local.broker import free_port
+from kbp_local.process import free_port
 
 
 def test_broker_and_producer_command_lines(tmp_path):

@@ -18,7 +18,7 @@ from airflow_kafka_backpressure.spark.kafka_arrow import KAFKA_ARROW_SCHEMA
 from airflow_kafka_backpressure.spark.range_clients import READER_GROUP_ID
 from airflow_kafka_backpressure.spark.range_reader import KafkaRangeReadError, read_range
 from airflow_kafka_backpressure.spark.range_split import split_ranges
-from kbp_local.broker import free_port
+from kbp_local.process import free_port
 from kbp_local.producer import ensure_topic, produce
 
 from .kafka_samples import SAMPLE_TIMESTAMPS_MS, produce_sample_records

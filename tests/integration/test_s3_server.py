@@ -34,8 +34,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyarrow import fs as pafs
 
-from kbp_local.broker import free_port
 from kbp_local.jars import hadoop_aws_jars, jar_paths, spark_s3a_conf
+from kbp_local.process import free_port
 from tests.s3_requests import signed_request
 
 pytestmark = pytest.mark.integration

@@ -156,7 +156,7 @@ def files_under(root: Path, skip: set[Path]) -> dict[Path, bytes]:
 @pytest.fixture(scope="module")
 def watched_connect_server(spark_kafka_connector):
     """A Spark Connect server for this module, with its UI and event log on and a token required."""
-    from kbp_local.broker import free_port
+    from kbp_local.process import free_port
     from kbp_local.spark_connect import SparkConnectServer
     from tests.conftest import TMP_ROOT
     from tests.local_servers import served

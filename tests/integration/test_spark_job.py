@@ -38,7 +38,7 @@ from airflow_kafka_backpressure.spark.kafka_range_source import (
     range_source_options,
     read_range,
 )
-from kbp_local.broker import free_port
+from kbp_local.process import free_port
 from kbp_local.producer import ensure_topic, produce
 
 from .kafka_samples import produce_sample_records

@@ -530,7 +530,7 @@ def test_lag_endpoint_shows_each_partitions_lag_and_retention_risk_from_the_brok
 def test_lag_endpoint_says_which_connection_does_not_answer(
     airflow_app: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kbp_local.broker import free_port
+    from kbp_local.process import free_port
 
     dead = f"127.0.0.1:{free_port()}"
     monkeypatch.setenv(
