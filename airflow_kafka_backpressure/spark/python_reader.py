@@ -31,10 +31,7 @@ def reader_settings(spec: JobSpec) -> dict[str, Any]:
         ),
         "poll_timeout_ms": spec.poll_timeout_ms,
         "stall_timeout_s": spec.stall_timeout_s,
-        # a job planned before the option's rename names it max_records_per_batch
-        "max_records_per_batch": int(
-            o.get("arrow_batch_rows", o.get("max_records_per_batch", DEFAULT_ARROW_BATCH_ROWS))
-        ),
+        "max_records_per_batch": int(o.get("arrow_batch_rows", DEFAULT_ARROW_BATCH_ROWS)),
     }
 
 
