@@ -46,22 +46,25 @@ ENGINES = tuple(REGISTRY)
 STOP_GRACE_S = 120.0
 
 
-def engine_for(name: str, hook: Any, executors: int) -> Engine:
-    """A new attempt's engine ``name`` (see :data:`REGISTRY`)."""
+def _entry(name: str) -> tuple[Any, str]:
+    """Engine ``name``'s module (imported now) and the name of its factory, from :data:`REGISTRY`."""
     if name not in REGISTRY:
         raise ValueError(f"engine = {name!r} is invalid: use one of {', '.join(ENGINES)}")
     module, _, function = REGISTRY[name][0].partition(":")
-    return getattr(importlib.import_module(module), function)(hook, executors)
+    return importlib.import_module(module), function
+
+
+def engine_for(name: str, hook: Any, executors: int) -> Engine:
+    """A new attempt's engine ``name`` (see :data:`REGISTRY`)."""
+    module, factory = _entry(name)
+    return getattr(module, factory)(hook, executors)
 
 
 def spark_master(name: str, hook: Any) -> str | None:
     """The Spark master engine ``name``'s batches run on, as far as the Airflow side can know it: the
     engine module's ``spark_master(hook)``, or None for an engine without one (a Spark Connect
     server's master is the server's own)."""
-    if name not in REGISTRY:
-        raise ValueError(f"engine = {name!r} is invalid: use one of {', '.join(ENGINES)}")
-    module = REGISTRY[name][0].partition(":")[0]
-    master_of = getattr(importlib.import_module(module), "spark_master", None)
+    master_of = getattr(_entry(name)[0], "spark_master", None)
     return None if master_of is None else master_of(hook)
 
 
