@@ -116,8 +116,6 @@ def hdfs_sink(hdfs_url: str, request: pytest.FixtureRequest) -> Iterator[Locatio
     there waits forever for threads the child does not have: the next ``subprocess.Popen`` with a
     ``preexec_fn`` (pyspark's JVM launch) then hung the test session, in CI, at the first Spark
     session started after this module."""
-    import gc
-
     from hdfs_native.fsspec import HdfsFileSystem
     from pyarrow.fs import FSSpecHandler, PyFileSystem
 
@@ -127,8 +125,6 @@ def hdfs_sink(hdfs_url: str, request: pytest.FixtureRequest) -> Iterator[Locatio
     sink = Location(PyFileSystem(FSSpecHandler(client)), path, hdfs_url + path)
     sink.mkdirs()
     yield sink
-    del sink, client
-    gc.collect()
     assert not HdfsFileSystem._cache, "an hdfs-native client is left in fsspec's instance cache"
     # a fork that runs Python code in the child (as pyspark's launch does) still comes back
     subprocess.run(["true"], preexec_fn=lambda: None, timeout=60, check=True)  # noqa: PLW1509
