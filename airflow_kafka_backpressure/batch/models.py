@@ -23,12 +23,20 @@ WRITERS = ("auto", "spark", "arrow")
 DEFAULT_WRITER = "auto"
 
 
-def writer_problem(writer: str, transform: str | None, reader: str, reader_feeds_arrow: bool) -> str | None:
+def writer_problem(
+    writer: str, transform: str | None, reader: str, reader_feeds_arrow: bool, *, decoded: bool = False
+) -> str | None:
     """What is wrong with ``writer`` for a pipeline with ``transform`` and ``reader`` (None: nothing);
-    ``reader_feeds_arrow``: the reader (or ``auto``) can feed the arrow writer. One rule for the
-    pipelines file and the batch job."""
+    ``reader_feeds_arrow``: the reader (or ``auto``) can feed the arrow writer; ``decoded``: the
+    pipeline decodes its keys or values (a format other than raw). One rule for the pipelines file
+    and the batch job."""
     if writer not in WRITERS:
         return f"use one of {', '.join(WRITERS)}"
+    if writer == "arrow" and decoded:
+        return (
+            "writer 'arrow' writes the raw records the Python reader read, and this pipeline decodes them "
+            "(key_format or value_format is not raw): use writer 'auto' or 'spark'"
+        )
     if writer == "arrow" and (transform is not None or not reader_feeds_arrow):
         return (
             "writer 'arrow' writes the raw records the Python reader read: it takes no transform and reader "
@@ -39,14 +47,19 @@ def writer_problem(writer: str, transform: str | None, reader: str, reader_feeds
 
 
 def chosen_writer(
-    writer: str, transform: str | None, reader_feeds_arrow: bool, arrow_codec: bool = True
+    writer: str,
+    transform: str | None,
+    reader_feeds_arrow: bool,
+    arrow_codec: bool = True,
+    *,
+    decoded: bool = False,
 ) -> str:
     """The writer a batch uses: ``writer`` itself unless it is ``auto``, which is ``arrow`` for the
-    raw records of a reader that feeds it (``reader_feeds_arrow``: the chosen reader's) in a codec
-    pyarrow writes (``arrow_codec``), else ``spark``."""
+    raw records (no transform, nothing ``decoded``) of a reader that feeds it (``reader_feeds_arrow``:
+    the chosen reader's) in a codec pyarrow writes (``arrow_codec``), else ``spark``."""
     if writer != "auto":
         return writer
-    return "arrow" if transform is None and reader_feeds_arrow and arrow_codec else "spark"
+    return "arrow" if transform is None and not decoded and reader_feeds_arrow and arrow_codec else "spark"
 
 
 #: Defaults of what a pipeline's batch job does, declared here once for the pipeline's fields
@@ -277,6 +290,8 @@ class BatchMetrics:
     partitions: tuple[PartitionCount, ...] = ()
     #: the batch's output was already committed by an earlier attempt and taken over (no read)
     adopted: bool = False
+    #: records of ``records`` that did not decode: committed to the error table, not the sink's rows
+    bad_records: int = 0
 
     @property
     def processing_ms(self) -> int:
@@ -294,6 +309,7 @@ class BatchMetrics:
             "executors": self.executors,
             "partitions": [p.to_dict() for p in self.partitions],
             "adopted": self.adopted,
+            "bad_records": self.bad_records,
         }
 
     @classmethod
@@ -308,6 +324,7 @@ class BatchMetrics:
             executors=int(d["executors"]),
             partitions=tuple(PartitionCount.from_dict(p) for p in d.get("partitions", ())),
             adopted=bool(d.get("adopted", False)),
+            bad_records=int(d.get("bad_records") or 0),
         )
 
     def to_xcom(self) -> dict[str, Any]:
@@ -382,6 +399,10 @@ class JobSpec:
     #: the file of the Spark Connect session holding ``kafka``'s secret values, which then go into
     #: no plan (``spark/session_secrets.py``); None: the plans stay on the driver (submit engine)
     secrets_file: str | None = None
+    #: how the records' key and value are decoded (``decoders.Decoding.to_dict()``: the prepared
+    #: decoder specs — schema text, never a registry URL or credential — and the bad-record bound);
+    #: None: Kafka's raw columns, as read
+    decoding: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.reader or not isinstance(self.reader, str):
@@ -409,6 +430,7 @@ class JobSpec:
             "adopt": None if self.adopt is None else self.adopt.to_dict(),
             "sink_format": self.sink_format,
             "secrets_file": self.secrets_file,
+            "decoding": self.decoding,
         }
 
     @classmethod
@@ -428,4 +450,5 @@ class JobSpec:
             adopt=None if not d.get("adopt") else Adoption.from_dict(d["adopt"]),
             sink_format=str(d.get("sink_format") or DEFAULT_SINK_FORMAT),
             secrets_file=d.get("secrets_file"),
+            decoding=d.get("decoding") or None,
         )

@@ -25,6 +25,8 @@ from airflow_kafka_backpressure.batch.models import (
 from airflow_kafka_backpressure.batch.options import ReaderOptions, SinkOptions, split_reader_options
 from airflow_kafka_backpressure.config.sink_placement import sharing_problems
 from airflow_kafka_backpressure.control.allocation import ON_DATA_LOSS, ON_TOPIC_RESET, STARTING_OFFSETS
+from airflow_kafka_backpressure.decoders import DECODERS, DEFAULT_FORMAT, DecoderError, RecordDecoder
+from airflow_kafka_backpressure.decoders.decoding import BOUND_RULE, bound_problem, field_decoders
 from airflow_kafka_backpressure.engines import ENGINES
 from airflow_kafka_backpressure.sinks import SINK_FORMATS, sink_format_names
 from airflow_kafka_backpressure.spark.readers import feeds_arrow_writer, reader_names
@@ -118,6 +120,37 @@ class PipelineConfig:
         None,
         doc="a function applied to each batch's DataFrame before the sink",
         allowed="'package.module:function' or null",
+    )
+    key_format: str = _field(
+        DEFAULT_FORMAT,
+        doc="how each record's key is decoded into typed columns (docs/record-formats.md); raw keeps Kafka's bytes",
+        allowed=", ".join(DECODERS),
+    )
+    key_options: dict[str, Any] = _field(
+        factory=dict, doc="the key_format's options (record formats below)", allowed="an object"
+    )
+    value_format: str = _field(
+        DEFAULT_FORMAT,
+        doc="how each record's value is decoded into typed columns (docs/record-formats.md); raw keeps Kafka's bytes",
+        allowed=", ".join(DECODERS),
+    )
+    value_options: dict[str, Any] = _field(
+        factory=dict, doc="the value_format's options (record formats below)", allowed="an object"
+    )
+    schema_registry_conn_id: str | None = _field(
+        None,
+        doc="the Schema Registry connection (conn type schema_registry) the avro format, and the json format "
+        "without a declared schema, read schemas from; its credentials stay on the Airflow worker",
+        allowed="a connection id, or null when no format reads the registry",
+    )
+    max_bad_records: int | float | None = _field(
+        None,
+        doc="records that do not decode go to the error table beside the sink, committed with the batch; above "
+        "this bound the batch fails, naming the first bad offsets, and nothing of it is committed",
+        allowed=BOUND_RULE,
+    )
+    keep_raw_value: bool = _field(
+        False, doc="a decoded value keeps its raw bytes too, as the column kafka_value"
     )
     executor_cores: int = _field(1, doc="cores per executor (spark.executor.cores)", allowed=">= 1")
     executor_memory: str | None = _field(None, doc="spark.executor.memory, e.g. '4g'; null: Spark's default")
@@ -240,8 +273,11 @@ class PipelineConfig:
             raise bad("transform", self.transform, "use 'package.module:function'")
         if self.sink_format not in sink_format_names():
             raise bad("sink_format", self.sink_format, f"one of {', '.join(sink_format_names())}")
+        decoders = _check_decoding(self, bad)
         writer = self.sink_options.writer
-        problem = writer_problem(writer, self.transform, self.reader, feeds_arrow_writer(self.reader))
+        problem = writer_problem(
+            writer, self.transform, self.reader, feeds_arrow_writer(self.reader), decoded=bool(decoders)
+        )
         problem = problem or SINK_FORMATS[self.sink_format]().writer_problem(writer)
         if problem:
             raise bad("sink_options.writer", writer, problem)
@@ -267,6 +303,12 @@ class PipelineConfig:
             )
 
     # ----- derived names ----------------------------------------------------------------------
+    def decoders(self) -> dict[str, RecordDecoder]:
+        """The decoder of each field whose format is not ``raw`` (empty: Kafka's raw columns)."""
+        return field_decoders(
+            {"key": (self.key_format, self.key_options), "value": (self.value_format, self.value_options)}
+        )
+
     @property
     def planned_lease_s(self) -> float:
         """How long a planned batch may wait for its ingest task to claim it before the replay DAG
@@ -447,6 +489,36 @@ def _check_timing(p: PipelineConfig, bad: Any) -> None:
             "would be taken as abandoned and replayed while it writes. Raise it above batch_timeout_s, or lower "
             "batch_timeout_s",
         )
+
+
+def _check_decoding(p: PipelineConfig, bad: Any) -> dict[str, RecordDecoder]:
+    """The record formats, their options, the registry and the bad-record bound; returns the
+    decoders of the fields that are decoded."""
+    for name in ("key", "value"):
+        fmt = getattr(p, f"{name}_format")
+        if fmt not in DECODERS:
+            raise bad(
+                f"{name}_format",
+                fmt,
+                f"use one of {', '.join(DECODERS)} (protobuf has no decoder yet: docs/limitations.md)",
+            )
+    try:
+        decoders = p.decoders()
+    except DecoderError as e:
+        raise ValueError(f"pipeline {p.name!r}: {e}") from None
+    registry_users = [f"{n}_format {d.name!r}" for n, d in decoders.items() if d.uses_registry()]
+    if registry_users and not p.schema_registry_conn_id:
+        raise bad(
+            "schema_registry_conn_id",
+            p.schema_registry_conn_id,
+            f"{' and '.join(registry_users)} {'read' if len(registry_users) > 1 else 'reads'} schemas from a "
+            "schema registry: name a connection of type "
+            "schema_registry (Admin -> Connections)",
+        )
+    problem = bound_problem(p.max_bad_records)
+    if problem:
+        raise bad("max_bad_records", p.max_bad_records, problem)
+    return decoders
 
 
 def _check_types(p: PipelineConfig, bad: Any) -> None:

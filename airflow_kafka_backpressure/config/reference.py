@@ -26,6 +26,7 @@ from airflow_kafka_backpressure.batch.options import ReaderOptions, SinkOptions
 from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.config.settings import MAP_KEYS, RULES, ControllerSettings
 from airflow_kafka_backpressure.control.modes import REGISTRY as MODES
+from airflow_kafka_backpressure.decoders import DECODERS
 
 #: Where the page lives in a checkout.
 DEFAULT_OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "reference" / "configuration.md"
@@ -138,6 +139,19 @@ def render() -> str:
     ]
     for name, kind, default, allowed, doc in pipeline_rows():
         lines.append(f"| `{name}` | {kind} | {default} | {_cell(allowed)} | {_cell(doc)} |")
+    lines += [
+        "",
+        "## Record formats",
+        "",
+        "What `key_format` and `value_format` may be, and the options each takes in `key_options` / "
+        "`value_options` (docs/record-formats.md shows the columns each lands).",
+        "",
+        "| format | what it does | options |",
+        "| --- | --- | --- |",
+    ]
+    for format_name, decoder in DECODERS.items():
+        options = "; ".join(f"`{k}`: {v}" for k, v in decoder.option_docs.items()) or "none"
+        lines.append(f"| `{format_name}` | {_cell(decoder.doc)} | {_cell(options)} |")
     lines += [
         "",
         "## Settings keys",

@@ -25,9 +25,12 @@ from airflow.sdk import BaseHook
 from airflow_kafka_backpressure.batch.models import Adoption, BatchMetrics, BatchPlan, JobSpec, new_token
 from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 
-from ..engines import ENGINES, Engine, engine_for, supervise
+from ..decoders import DecoderError, SchemaSource
+from ..decoders.decoding import Decoding, prepare_decoding
+from ..engines import ENGINES, BatchJobError, Engine, engine_for, supervise
 from ..engines import spark_master as engines_spark_master
 from ..engines.environment import work_root  # noqa: F401 - where the tests and users find it
+from .schema_registry import SchemaRegistryError, SchemaRegistryHook
 
 
 class SparkBatchHook(BaseHook):
@@ -113,6 +116,7 @@ class SparkBatchHook(BaseHook):
         import time
 
         p = self.pipeline
+        decoding = self.decoding(plan)
         engine = self._engine(executors)
         spec = JobSpec(
             plan=plan,
@@ -127,6 +131,7 @@ class SparkBatchHook(BaseHook):
             attempt=attempt,
             adopt=adopt,
             sink_format=p.sink_format,
+            decoding=None if decoding is None else decoding.to_dict(),
         )
         self._running = engine
         try:
@@ -135,6 +140,33 @@ class SparkBatchHook(BaseHook):
             )
         finally:
             self._running = None
+
+    def decoding(self, plan: BatchPlan) -> Decoding | None:
+        """How ``plan``'s records are decoded (None: Kafka's raw columns): each decoder prepared
+        here, on the worker, with the pipeline's ``schema_registry`` connection, after the plan
+        chose its offsets (so every schema of a record in its ranges is registered by now). The
+        job gets schema text only. Raises :class:`~..engines.BatchJobError` naming the decoder,
+        the subject or the connection."""
+        decoders = self.pipeline.decoders()
+        if not decoders:
+            return None
+        conn_id = self.pipeline.schema_registry_conn_id
+
+        def registry() -> SchemaSource:
+            return SchemaRegistryHook(conn_id or SchemaRegistryHook.default_conn_name).schemas()
+
+        try:
+            return prepare_decoding(
+                decoders,
+                self.pipeline.topics,
+                registry if conn_id else None,
+                max_bad_records=self.pipeline.max_bad_records,
+                keep_raw_value=self.pipeline.keep_raw_value,
+            )
+        except (DecoderError, SchemaRegistryError) as e:
+            raise BatchJobError(
+                plan.batch_id, f"the batch's record formats could not be prepared: {e}"
+            ) from e
 
     def on_kill(self, reason: str = "the Airflow task was killed") -> None:
         """Stop the running batch's Spark work (from a signal handler or another thread)."""

@@ -38,6 +38,8 @@ class BatchRecord:
     #: Replays of this batch that failed (or whose worker died) since it last ran on the main line;
     #: the replay queue tries such batches after the others, with a backoff (``replay_queue``).
     replay_failures: int = 0
+    #: Records of the batch that did not decode and went to the error table (None: nothing decoded).
+    bad_records: int | None = None
 
     @property
     def ranges(self) -> tuple[OffsetRange, ...]:
@@ -73,6 +75,7 @@ class BatchRecord:
             "sink": self.sink,
             "lease_expires_at_ms": self.lease_expires_at_ms,
             "replay_failures": self.replay_failures,
+            "bad_records": self.bad_records,
             "plan": self.plan.to_dict(),
         }
 
@@ -121,6 +124,7 @@ def batch_record(row: Any) -> BatchRecord:
         owner_token=m["owner_token"],
         lease_expires_at_ms=m["lease_expires_at_ms"],
         replay_failures=int(m["replay_failures"] or 0),
+        bad_records=m["bad_records"],
     )
 
 

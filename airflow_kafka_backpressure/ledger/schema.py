@@ -69,6 +69,8 @@ batch_table = Table(
     Column("scheduling_delay_ms", BigInteger),
     Column("rate", Float),
     Column("executors", Integer),
+    # Records of the batch that did not decode and went to the error table (null: nothing decoded).
+    Column("bad_records", BigInteger),
     Column("attempts", Integer, nullable=False, default=0),
     Column("error", Text),
     Column("plan_json", Text, nullable=False),

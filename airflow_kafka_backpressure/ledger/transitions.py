@@ -184,6 +184,7 @@ class TransitionsMixin(LedgerBase):
         scheduling_delay_ms: int | None = None,
         rate: float | None = None,
         executors: int | None = None,
+        bad_records: int | None = None,
     ) -> BatchRecord:
         """Store measurements that are not part of a transition (only the arguments given)."""
         values: dict[str, Any] = {}
@@ -193,6 +194,8 @@ class TransitionsMixin(LedgerBase):
             values["rate"] = float(rate)
         if executors is not None:
             values["executors"] = int(executors)
+        if bad_records is not None:
+            values["bad_records"] = int(bad_records)
         with self.engine.begin() as conn:
             if values:
                 n = conn.execute(

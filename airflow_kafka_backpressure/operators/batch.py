@@ -157,7 +157,11 @@ class BatchRunningOperator(PipelineOperator):
         finish(
             plan.batch_id, metrics.records, metrics.processing_ms, at_ms=metrics.committed_at_ms, token=token
         )
-        ledger.record_metrics(plan.batch_id, executors=metrics.executors)  # measured, not just the target
+        # measured, not just the target; bad records only where the batch was decoded
+        decoded = self.pipeline.decoders()
+        ledger.record_metrics(
+            plan.batch_id, executors=metrics.executors, bad_records=metrics.bad_records if decoded else None
+        )
         if plan.records:  # an empty batch writes nothing to the sink: no event
             self._committed.append(
                 batch_event_extra(

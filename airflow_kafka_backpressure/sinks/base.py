@@ -55,6 +55,21 @@ class CommittedBatch:
     executors: int
     unread: tuple[OffsetRange, ...] = ()
     read_by: str | None = None
+    #: records read that did not decode, committed to the error table with the batch
+    bad_records: int = 0
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """What decoding made of a batch (the job's :mod:`~..spark.decoding`), for the write to commit
+    with the batch's rows: the records that did not decode (``rows``: a DataFrame of the error
+    table's columns, ``count`` of them), the records that did (``good``), and every range's records
+    and key+value bytes as read (``reads``: the write's counts of what was read)."""
+
+    rows: Any
+    count: int
+    good: int
+    reads: tuple[tuple[OffsetRange, int, int], ...]
 
 
 class BatchWrite(abc.ABC):
@@ -72,12 +87,20 @@ class BatchWrite(abc.ABC):
         return read
 
     @abc.abstractmethod
-    def commit(self, rows: Any, *, write_files: Callable[[str], int | None] | None = None) -> CommittedBatch:
+    def commit(
+        self,
+        rows: Any,
+        *,
+        write_files: Callable[[str], int | None] | None = None,
+        set_aside: SetAside | None = None,
+    ) -> CommittedBatch:
         """Commit ``rows`` (the transformed DataFrame) as the batch, once (fenced by the spec's
         attempt, checked against the rows that must land), and say what was committed.
         ``write_files``: the arrow writer (only for a format that :attr:`~SinkFormat.takes_arrow_writer`)
         writes the batch's files into the staging directory it is given and returns the rows it
-        wrote; ``rows`` then gives the schema only."""
+        wrote; ``rows`` then gives the schema only. ``set_aside``: the batch was decoded: its bad
+        records go to the format's error table in the same commit (a replay neither loses nor
+        repeats them), and its ``reads`` are the counts of what was read."""
 
     @abc.abstractmethod
     def failure(self, error: Exception, cause: str) -> str:

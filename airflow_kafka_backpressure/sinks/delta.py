@@ -250,6 +250,7 @@ class DeltaSink(TableFormat):
         ranges: Sequence[OffsetRange],
         expected_records: int | None = None,
         details: Mapping[str, Any] | None = None,
+        merge_schema: bool = False,
     ) -> BatchCommit:
         from pyspark.sql import functions as F
 
@@ -291,6 +292,8 @@ class DeltaSink(TableFormat):
                     )
                 )
         writer = rows.write.format("delta")
+        if merge_schema:  # a decoded value's newer compatible schema adds columns to the table
+            writer = writer.option("mergeSchema", "true")
         if attempt == 1:
             # nothing of the batch can be in the table before its first attempt: a plain append,
             # whose cost does not grow with the table (see the module doc)

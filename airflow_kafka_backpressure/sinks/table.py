@@ -29,7 +29,7 @@ from typing import Any
 
 from airflow_kafka_backpressure.batch.models import JobSpec, OffsetRange, TopicPartition
 
-from .base import BatchSource, BatchWrite, CommittedBatch, SinkFormat, SinkFormatError, ranges_read
+from .base import BatchSource, BatchWrite, CommittedBatch, SetAside, SinkFormat, SinkFormatError, ranges_read
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,7 @@ class BatchCommit:
             bytes=int(self.bytes or 0),
             executors=int(self.details.get("executors", 1 if self.record_count else 0)),
             read_by=self.details.get("reader"),
+            bad_records=int(self.details.get("bad_records") or 0),
         )
 
 
@@ -117,12 +118,20 @@ class TableFormat(SinkFormat):
         ranges: Sequence[OffsetRange],
         expected_records: int | None = None,
         details: Mapping[str, Any] | None = None,
+        merge_schema: bool = False,
     ) -> BatchCommit:
         """Commit ``df`` as batch ``batch_id`` of ``pipeline`` by the ledger's attempt ``attempt``
         (>= 1, growing with every new attempt of the batch). ``expected_records``: the rows the batch
         must publish (what was read, or what the transform returned); a commit of another count
         raises :class:`~.base.SinkFormatError`. ``details``: JSON-able facts stored with the commit
-        and read back in :attr:`BatchCommit.details`. Returns what the sink now holds for the batch."""
+        and read back in :attr:`BatchCommit.details`. ``merge_schema``: columns ``df`` has and the
+        table lacks are added to the table (a decoded value's schema gained a field). Returns what
+        the sink now holds for the batch."""
+
+    def error_table(self, sink: str) -> str:
+        """Where the table at ``sink`` keeps the records of its batches that did not decode: a
+        table of the same format beside it, ``<sink>_errors``."""
+        return sink.rstrip("/") + "_errors"
 
     @abc.abstractmethod
     def committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int) -> BatchCommit | None:
@@ -187,7 +196,13 @@ class TableWrite(BatchWrite):
         self.per_partition = read.groupBy("topic", "partition").count().collect()
         return read
 
-    def commit(self, rows: Any, *, write_files: Callable[[str], int | None] | None = None) -> CommittedBatch:
+    def commit(
+        self,
+        rows: Any,
+        *,
+        write_files: Callable[[str], int | None] | None = None,
+        set_aside: SetAside | None = None,
+    ) -> CommittedBatch:
         if write_files is not None:
             raise SinkFormatError(
                 f"{self.where}: the {self.fmt.name} format takes no files the arrow writer wrote"
@@ -195,7 +210,7 @@ class TableWrite(BatchWrite):
         spec, plan = self.spec, self.spec.plan
         read = sum(int(r["count"]) for r in self.per_partition)
         if spec.transform is None:
-            expected = read
+            expected = read if set_aside is None else set_aside.good
         else:
             # the transform's rows, computed once: counted and written from the same data (a
             # transform with side effects runs once, a non-deterministic one is counted as written)
@@ -212,16 +227,36 @@ class TableWrite(BatchWrite):
             "records_read": read,
             "executors": _executors(self.spark) if read else 0,
         }
+        attempt = spec.attempt or 1
+        if set_aside is not None:
+            details["bad_records"] = set_aside.count
+            # the error table first: the batch's commit below is what marks it done, so a failure
+            # between the two leaves a batch a replay rewrites whole (its newer attempt replaces the
+            # error table's rows of the batch too: none repeated, none lost). A first attempt with
+            # nothing to set aside writes no error table.
+            if set_aside.count or attempt > 1:
+                self.fmt.write_batch(
+                    self.spark,
+                    set_aside.rows,
+                    self.fmt.error_table(plan.sink),
+                    pipeline=plan.pipeline,
+                    batch_id=plan.batch_id,
+                    attempt=attempt,
+                    ranges=plan.ranges,
+                    expected_records=set_aside.count,
+                    details={"error_table_of": plan.sink},
+                )
         commit = self.fmt.write_batch(
             self.spark,
             rows,
             plan.sink,
             pipeline=plan.pipeline,
             batch_id=plan.batch_id,
-            attempt=spec.attempt or 1,
+            attempt=attempt,
             ranges=plan.ranges,
             expected_records=expected,
             details=details,
+            merge_schema=set_aside is not None,
         )
         return commit.reported()
 

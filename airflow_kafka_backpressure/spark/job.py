@@ -63,6 +63,7 @@ from airflow_kafka_backpressure.sinks import (
     sink_format_for,
 )
 from airflow_kafka_backpressure.spark.bounds import check_bounds, range_problems
+from airflow_kafka_backpressure.spark.decoding import decode_batch
 from airflow_kafka_backpressure.spark.errors import JobError
 from airflow_kafka_backpressure.spark.launcher_watch import (
     LauncherWatch,
@@ -240,7 +241,13 @@ def batch_writer(spec: JobSpec, fmt: SinkFormat) -> str:
     sink format; ``auto`` is resolved once the reader is known (:func:`.models.chosen_writer`)."""
 
     writer = str(spec.options.get("writer") or DEFAULT_WRITER)
-    problem = writer_problem(writer, spec.transform, spec.reader, feeds_arrow_writer(spec.reader))
+    problem = writer_problem(
+        writer,
+        spec.transform,
+        spec.reader,
+        feeds_arrow_writer(spec.reader),
+        decoded=spec.decoding is not None,
+    )
     problem = problem or fmt.writer_problem(writer)
     if problem:
         raise JobError(f"writer = {writer!r} is invalid: {problem}")
@@ -312,10 +319,14 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
         spec.transform,
         reader.feeds_arrow_writer and fmt.takes_arrow_writer,
         arrow_codec(spec.options.get("parquet_compression")),
+        decoded=spec.decoding is not None,
     )
     read_started_at_ms = _now_ms()
     write = fmt.begin(spark, spec, BatchSource(reader.name, reader.leaves_completion_records, writer))
-    records_dir = write.read_records_dir if reader.leaves_completion_records else None
+    # a decoded batch is counted as it is decoded (spark.decoding): no completion records
+    records_dir = (
+        write.read_records_dir if reader.leaves_completion_records and spec.decoding is None else None
+    )
     try:
         try:
             if writer == "arrow":  # the tasks read and write: the DataFrame only gives the sink its schema
@@ -327,7 +338,11 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
                 )
             else:
                 read = write.counted(read_ranges(spark, spec, reader, read_records_dir=records_dir))
-                committed = write.commit(apply_transform(read, spec.transform))
+                if spec.decoding is None:
+                    committed = write.commit(apply_transform(read, spec.transform))
+                else:
+                    with decode_batch(spark, spec, read) as (rows, set_aside):
+                        committed = write.commit(apply_transform(rows, spec.transform), set_aside=set_aside)
         finally:
             write.close()
     except JobError:
@@ -381,6 +396,7 @@ def batch_metrics(
         executors=committed.executors,
         partitions=tuple(PartitionCount(r.topic, r.partition, counts.get(r.tp, 0)) for r in committed.ranges),
         adopted=adopted,
+        bad_records=committed.bad_records,
     )
 
 

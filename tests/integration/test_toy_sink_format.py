@@ -53,6 +53,7 @@ class ToySink(TableFormat):
         ranges: Sequence[OffsetRange],
         expected_records: int | None = None,
         details: Mapping[str, Any] | None = None,
+        merge_schema: bool = False,
     ) -> BatchCommit:
         held = self.committed(spark, sink, pipeline=pipeline, batch_id=batch_id)
         if held is not None and held.attempt > attempt:

@@ -5,6 +5,9 @@ Layout under the sink root::
 
     <sink>/batch_id=<N>/part-*.parquet        the batch's data (Hive-style partition directory)
     <sink>/batch_id=<N>/_manifest.json        what the batch holds (see below)
+    <sink>/batch_id=<N>/_errors/part-*.parquet  the batch's records that did not decode (a pipeline
+                                              with a key_format or value_format): the error table,
+                                              swapped in with the batch, hidden from its readers
     <sink>/_kbp_staging_<N>_<token>/          a write in progress, or one a crash left behind
     <sink>/_kbp_replaced_<N>_<token>/         a previous version being removed
     <sink>/_kbp_fence_<N>/<attempt>_<token>   the attempts that started writing and have not
@@ -81,6 +84,8 @@ if TYPE_CHECKING:
 STAGING_PREFIX = "_kbp_staging_"
 REPLACED_PREFIX = "_kbp_replaced_"
 READ_DIR = "_read"
+#: the error table's files of a batch, inside its directory (a decoded batch's bad records)
+ERRORS_DIR = "_errors"
 MANIFEST_VERSION = 2
 
 
@@ -100,6 +105,11 @@ def staging_uri(sink: str, batch_id: int, token: str) -> str:
     """The staging directory of attempt ``token`` (string only: a Connect client may not be able to
     build the sink's filesystem, and needs none to name it)."""
     return sink.rstrip("/") + "/" + staging_dir_name(batch_id, token)
+
+
+def errors_uri(sink: str, batch_id: int, token: str) -> str:
+    """Where attempt ``token`` writes the batch's bad records (inside its staging directory)."""
+    return staging_uri(sink, batch_id, token) + "/" + ERRORS_DIR
 
 
 def read_records_dir(sink: str, batch_id: int, token: str) -> str:
@@ -129,7 +139,7 @@ def _published_files(staging: Location) -> list[dict[str, Any]]:
 
     files = []
     for name, is_dir, size in staging.children():
-        if name == READ_DIR and is_dir:
+        if name in (READ_DIR, ERRORS_DIR) and is_dir:
             continue
         if is_dir or name.startswith(("_", ".")) or not name.endswith(".parquet"):
             staging.child(name).delete()  # _SUCCESS, checksum files, an aborted task's _temporary
@@ -193,13 +203,16 @@ def commit_batch(
     reads: Sequence[tuple[OffsetRange, int, int]] = (),
     read_by: Sequence[str] = (),
     written_rows: int | None = None,
+    error_rows: int | None = None,
 ) -> dict[str, Any]:
     """Publish the staging directory of attempt ``token`` as batch ``batch_id`` (see the module doc).
     ``reads``: ranges read to their end, with their records and key+value bytes, known on the
     driver (the native reader's observed counts) rather than left as completion records, and
     ``read_by`` the executors that read them. ``written_rows``: the rows the writer wrote (Spark
     counted them as they went to its Parquet writer, after the transform; the arrow writer's tasks
-    report theirs): the published files must hold exactly as many, or nothing is published."""
+    report theirs): the published files must hold exactly as many, or nothing is published.
+    ``error_rows``: the bad records written into ``_errors/`` (a decoded batch), checked the same
+    way and recorded as ``bad_records``."""
     root = location(sink)
     staging = root.child(staging_dir_name(batch_id, token))
     final = root.child(batch_dir_name(batch_id))
@@ -212,6 +225,11 @@ def commit_batch(
         counts, nbytes, unread = tally_reads(ranges, [*completed, *reads])
         read_dir.delete()
         seen = sum(int(f["rows"]) for f in files)
+        errors_dir = staging.child(ERRORS_DIR)
+        error_files = _published_files(errors_dir) if error_rows is not None and errors_dir.exists() else []
+        bad = sum(int(f["rows"]) for f in error_files)
+        if error_rows is not None and bad != error_rows:
+            written_rows, seen = error_rows, bad  # the same refusal: files the committing side cannot see
         if written_rows is not None and seen != written_rows:
             staging.delete()
             raise SinkError(
@@ -246,6 +264,8 @@ def commit_batch(
             "format": "parquet",
             "files": files,
             "written_at_ms": int(time.time() * 1000),
+            "bad_records": bad,
+            "error_files": error_files,
         }
         staging.child(MANIFEST_NAME).write_bytes(json.dumps(manifest, sort_keys=True).encode())
 

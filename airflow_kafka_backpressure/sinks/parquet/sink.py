@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from airflow_kafka_backpressure.batch.models import JobSpec, OffsetRange, TopicPartition, batch_path
 
-from ..base import BatchSource, BatchWrite, CommittedBatch, SinkFormat, SinkFormatError, ranges_read
+from ..base import BatchSource, BatchWrite, CommittedBatch, SetAside, SinkFormat, SinkFormatError, ranges_read
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ def reported(manifest: dict[str, Any]) -> CommittedBatch:
         executors=int(manifest["executors"]),
         unread=tuple(OffsetRange.from_dict(r) for r in manifest.get("unread", ())),
         read_by=manifest.get("reader"),
+        bad_records=int(manifest.get("bad_records") or 0),
     )
 
 
@@ -108,11 +109,17 @@ class ParquetWrite(BatchWrite):
             "writer": source.writer,
         }
 
-    def commit(self, rows: Any, *, write_files: Callable[[str], int | None] | None = None) -> CommittedBatch:
+    def commit(
+        self,
+        rows: Any,
+        *,
+        write_files: Callable[[str], int | None] | None = None,
+        set_aside: SetAside | None = None,
+    ) -> CommittedBatch:
         from .write import write_batch  # defers pyspark
 
         spec, plan = self.spec, self.spec.plan
-        if not any(r.count > 0 for r in plan.ranges) and spec.transform is None:
+        if not any(r.count > 0 for r in plan.ranges) and spec.transform is None and set_aside is None:
             # nothing to read: no Spark job (whichever writer), the commit writes the schema-only
             # file (executors 0)
             write_files = lambda staging: 0  # noqa: E731
@@ -129,7 +136,11 @@ class ParquetWrite(BatchWrite):
             plain_columns=spec.options.get("parquet_plain_columns"),
             write_data=write_files,
             # a reader that leaves no completion records: the write counts what it reads
-            count_reads=not self.source.leaves_completion_records and spec.transform is None,
+            count_reads=not self.source.leaves_completion_records
+            and spec.transform is None
+            and set_aside is None,
+            reads=None if set_aside is None else set_aside.reads,
+            errors=None if set_aside is None or not set_aside.count else (set_aside.rows, set_aside.count),
         )
         return reported(manifest)
 

@@ -41,6 +41,7 @@ from airflow_kafka_backpressure.sinks.completion import observe_reads, observe_r
 from airflow_kafka_backpressure.sinks.parquet.commit import (
     SinkError,
     commit_batch,
+    errors_uri,
     staging_dir_name,
     staging_uri,
 )
@@ -107,6 +108,7 @@ class BatchSinkWriter(DataSourceArrowWriter):
             ]
             self.read_by = [str(e) for e in json.loads(opts.get("executors", "[]"))]
             self.written_rows = int(opts["writtenrows"]) if opts.get("writtenrows") else None
+            self.error_rows = int(opts["errorrows"]) if opts.get("errorrows") else None
         except (KeyError, ValueError, TypeError) as e:
             raise SinkError(
                 f"{SINK_SOURCE_NAME}: options sink, batchId, token and ranges are required ({e})"
@@ -156,6 +158,7 @@ class BatchSinkWriter(DataSourceArrowWriter):
                 reads=self.reads,
                 read_by=self.read_by,
                 written_rows=self.written_rows,
+                error_rows=self.error_rows,
             )
         elif self.stage == "abort":
             try:
@@ -225,6 +228,8 @@ def write_batch(
     plain_columns: Sequence[str] | None = None,
     write_data: Callable[[str], Any] | None = None,
     count_reads: bool = False,
+    reads: Sequence[tuple[OffsetRange, int, int]] | None = None,
+    errors: tuple[Any, int] | None = None,
 ) -> dict[str, Any]:
     """Write ``df`` as batch ``batch_id`` of ``sink`` (replacing any previous version whole) and
     return the committed manifest, read back where Spark runs. ``token`` names the attempt (its
@@ -237,7 +242,11 @@ def write_batch(
     (:func:`commit_batch`). ``count_reads``: ``df`` is the
     batch's Kafka records as read, every range to its end (the native reader, no transform): Spark
     counts each range's records and bytes while it writes them (``DataFrame.observe``), and the
-    counts travel to the commit in its options (see :func:`commit_batch`)."""
+    counts travel to the commit in its options (see :func:`commit_batch`). ``reads``: the ranges'
+    records and bytes as read, counted by the caller (a decoded batch: :class:`~..base.SetAside`).
+    ``errors``: the batch's records that did not decode (a DataFrame) and how many, written into
+    the staging directory's ``_errors/`` and so swapped in with the batch (the error table,
+    :data:`~.commit.ERRORS_DIR`)."""
     opts = sink_options(
         sink,
         batch_id,
@@ -288,12 +297,20 @@ def write_batch(
                 )
             else:
                 writer.parquet(staging_uri(sink, batch_id, token))
+        if errors is not None:
+            errors[0].write.mode("append").option("compression", compression or "snappy").parquet(
+                errors_uri(sink, batch_id, token)
+            )
     except Exception:
         try:
             stage("abort")
         except Exception:  # noqa: BLE001 - the write's own error is the one to report
             pass
         raise
+    if reads is not None:
+        opts["reads"] = json.dumps([{"range": r.to_dict(), "records": n, "bytes": b} for r, n, b in reads])
+    if errors is not None:
+        opts["errorRows"] = str(int(errors[1]))
     if observed is not None:
         opts["reads"] = json.dumps(
             [{"range": r.to_dict(), "records": n, "bytes": b} for r, n, b in observed()]
