@@ -188,3 +188,51 @@ def test_avro_records_land_typed_and_bad_ones_once_in_the_error_table(
     assert "incompatible schema" in message and f"{subject!r} version 2" in message, message
     assert f"{subject!r} version 3" in message and "qty" in message, message
     assert (out.rows(), out.errors()) == before  # nothing of the batch written
+
+
+@pytest.mark.parametrize("engine, sink_format", [("submit", "delta"), ("connect", "parquet")])
+def test_json_with_a_declared_schema_and_the_bad_record_bound(
+    request, engine, sink_format, kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db
+):
+    """JSON text into a schema declared in the pipelines file (no registry). Two of six records do
+    not fit it: above ``max_bad_records = 1`` the batch fails naming the first bad offsets, and
+    nothing of it is committed; with the bound raised to a share (0.5), its replay lands the four good
+    records in typed columns and the two bad ones in the error table, once each."""
+    from .test_delta_pipeline import delta_conf
+
+    bootstrap = kafka_broker.bootstrap
+    make = af.engine_pipeline_maker(request, engine, monkeypatch, bootstrap, topic_name, tmp_path)
+    sink = str(tmp_path / "sink")
+    settings = {
+        "sink": sink,
+        "sink_format": sink_format,
+        "spark_conf": delta_conf() if (engine, sink_format) == ("submit", "delta") else {},
+        "value_format": "json",
+        "value_options": {"schema": "id BIGINT, item STRING, price DOUBLE"},
+        "keep_raw_value": True,
+        "replay_interval_s": 20,
+    }
+    p, ledger = make(**settings, max_bad_records=1)
+    out = Output(sink, sink_format)
+    good = [json.dumps({"id": i, "item": f"i{i}", "price": i / 2}).encode() for i in range(4)]
+    bad = [b'{"id": 4, "item": ', b'{"id": "five", "item": "i5"}']
+    _produce(bootstrap, topic_name, good + bad)
+
+    failed = af.run_dag(p.ingest_dag_id, 0)
+    assert failed.task_states["ingest"] == "failed", failed.task_states
+    message = ledger.batch(1).error or ""
+    assert "2 of 6 records did not decode, more than max_bad_records = 1" in message, message
+    assert message.count("invalid JSON") == 2 and f"{topic_name}-" in message, message
+    assert out.rows() == [] and out.errors() == []
+
+    p, _ = make(**settings, max_bad_records=0.5)
+    replay = af.run_dag(p.replay_dag_id, 0)
+    assert replay.state == "success", replay.task_states
+    assert ledger.batch(1).bad_records == 2
+
+    rows = sorted(out.rows(), key=lambda r: r["id"])
+    assert [(r["id"], r["item"], r["price"]) for r in rows] == [(i, f"i{i}", i / 2) for i in range(4)]
+    assert [r["kafka_value"] for r in rows] == good  # keep_raw_value
+    errors = out.errors()
+    assert sorted(e["value"] for e in errors) == sorted(bad)
+    assert all(e["reason"].startswith("value: invalid JSON") for e in errors), errors
