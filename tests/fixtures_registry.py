@@ -1,4 +1,4 @@
-"""Schema Registry fixtures (:mod:`tests.schema_registry`: Confluent's REST API served by the tests).
+"""Schema Registry fixtures (:mod:`kbp_local.schema_registry`: Confluent's REST API served by the tests).
 
 * ``schema_registry`` — one registry for the whole session on 127.0.0.1 and a free port, with basic
   auth (``schema_registry.auth``); tests keep apart by subject (their topic's name), like tests on
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.schema_registry import SchemaRegistryServer
+from kbp_local.schema_registry import SchemaRegistryServer
 
 
 @pytest.fixture(scope="session")

@@ -41,7 +41,7 @@ from .base import (
     RegisteredSchema,
     SchemaSource,
 )
-from .wire import by_schema_id, header_reason, payload, schema_id
+from .wire import by_schema_id, header, header_bytes, header_reason, is_one_of, payload, schema_id
 
 #: the field the job's reader schema adds to a record schema: true on every record Avro reads
 DECODED_MARK = "_kbp_decoded"
@@ -183,14 +183,15 @@ class AvroDecoder(RecordDecoder):
         incompatible = spec.resolved["incompatible"]
         reader = spec.resolved["reader"]
         failed = decoded[DECODED_MARK].isNull() if reader["record"] else decoded.isNull()
-        out = F.when(raw.isNull(), F.lit(None).cast("string")).when(
-            header_reason(raw).isNotNull(), header_reason(raw)
-        )
+        # the common case first, in one comparison of the header: a known id that Avro read
+        out = F.when(raw.isNull() | (is_one_of(raw, known) & ~failed), F.lit(None).cast("string"))
+        out = out.when(header_reason(raw).isNotNull(), header_reason(raw))
+        head = header(raw)
         for id_, problem in sorted(incompatible.items()):
-            out = out.when(sid == F.lit(int(id_)), F.lit(f"{INCOMPATIBLE_SCHEMA}: {problem}"))
+            out = out.when(head == F.lit(header_bytes(int(id_))), F.lit(f"{INCOMPATIBLE_SCHEMA}: {problem}"))
         subjects = ", ".join(map(repr, spec.resolved["subjects"]))
         out = out.when(
-            ~sid.isin(known),
+            ~is_one_of(raw, known),
             F.concat(
                 F.lit(f"{UNKNOWN_SCHEMA_ID} "),
                 sid.cast("string"),

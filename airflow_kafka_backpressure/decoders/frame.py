@@ -8,7 +8,8 @@ decode (``"value: unknown schema id 9 (…)"``; both fields' reasons joined by `
 decoded). The raw ``key`` and ``value`` stay, for the error table. Two projections: the decoders'
 expensive step (``from_avro``, ``from_json``) in the first, everything that reads its result in the
 second, so Spark evaluates it once per record (a projection is not folded into the next when
-that would repeat an expensive expression).
+that would repeat an expensive expression). A bad record's typed column is not to be read (it may
+hold a partial value): every split below filters on :data:`REASON`.
 
 From it, filters of the same (persisted) data:
 
@@ -55,9 +56,16 @@ def _decoding_column(field: str) -> str:
     return f"_kbp_{field}_decoding"
 
 
-def decode_frame(df: Any, specs: Mapping[str, DecoderSpec]) -> Any:
+def decode_frame(df: Any, specs: Mapping[str, DecoderSpec], *, observe: Any = None) -> Any:
     """``df`` with its ``specs``' fields decoded (module doc); a field without a spec gets no typed
-    column (it stays as Kafka holds it). Lazy."""
+    column (it stays as Kafka holds it). Lazy.
+
+    ``observe``: ``(observation, aggregates)`` for ``DataFrame.observe`` over every decoded record
+    (they may read :data:`REASON`), placed before the typed columns are built: a query that reads
+    the decoder's output directly (:func:`query_rows`) then builds no typed struct per record.
+    The observation is also what keeps Spark from pushing a filter on :data:`REASON` below the
+    decode, which would evaluate the decode once more per use; without one, persist the frame
+    before splitting it (the batch job does one or the other)."""
     from pyspark.sql import functions as F
 
     from . import decoder_from_spec
@@ -77,21 +85,26 @@ def decode_frame(df: Any, specs: Mapping[str, DecoderSpec]) -> Any:
     for f, (d, s) in decoders.items():
         why = d.reason(F.col(f), F.col(_decoding_column(f)), s) if d.can_fail else None
         if why is not None:
-            reasons.append(F.concat(F.lit(f"{f}: "), why))
-    failed = F.lit(False)
-    for r in reasons:
-        failed = failed | r.isNotNull()
-    reason = F.when(failed, F.concat_ws("; ", *reasons)) if reasons else F.lit(None).cast("string")
-    step2 = step1.select(
-        *KAFKA_COLUMNS,
-        *(d.typed(F.col(_decoding_column(f)), s).alias(typed_column(f)) for f, (d, s) in decoders.items()),
-        reason.alias(REASON),
-    )
-    # a bad record has no typed value (a partial one would look like data)
+            reasons.append(F.concat(F.lit(f"{f}: "), why))  # null when ``why`` is
+    if not reasons:
+        reason = F.lit(None).cast("string")
+    elif len(reasons) == 1:
+        reason = reasons[0]
+    else:
+        failed = F.lit(False)
+        for r in reasons:
+            failed = failed | r.isNotNull()
+        reason = F.when(failed, F.concat_ws("; ", *reasons))
+    step2 = step1.select(*KAFKA_COLUMNS, reason.alias(REASON), *(_decoding_column(f) for f in decoders))
+    if observe is not None:
+        step2 = step2.observe(observe[0], *observe[1])
+    # a bad record's typed value is not read: good_rows and query_rows take the rows whose reason
+    # is null, bad_rows the raw bytes (no projection to null it: it would cost every record a copy)
     return step2.select(
         *KAFKA_COLUMNS,
-        *(F.when(F.col(REASON).isNull(), F.col(typed_column(f))).alias(typed_column(f)) for f in decoders),
+        *(d.typed(F.col(_decoding_column(f)), s).alias(typed_column(f)) for f, (d, s) in decoders.items()),
         REASON,
+        *(_decoding_column(f) for f in decoders),
     )
 
 
@@ -127,7 +140,24 @@ def query_rows(decoded: Any, *, keep_raw_value: bool = False) -> Any:
         raise DecoderError(
             f"the value's fields {', '.join(map(repr, clash))} have the names of Kafka's metadata columns; rename them"
         )
-    return good.select(*(F.col("value")[f.name].alias(f.name) for f in value_type.fields), *metadata, *raw)
+    # each field straight from the decoder's output where the typed value only dropped fields of it
+    # (the decoders' own markers): no record is copied into a new struct first
+    source = F.col("value")
+    decoding = _decoding_column("value")
+    if decoding in decoded.columns:
+        inner = decoded.schema[decoding].dataType
+        own = {f.name: f.dataType for f in inner.fields} if isinstance(inner, StructType) else {}
+        if all(own.get(f.name) == f.dataType for f in value_type.fields):
+            good = decoded.where(F.col(REASON).isNull()).select(
+                *(
+                    F.col(typed_column(c)).alias(c) if typed_column(c) in decoded.columns else F.col(c)
+                    for c in KAFKA_COLUMNS
+                    if c != "value"
+                ),
+                F.col(decoding).alias("value"),
+                *([F.col("value").alias("raw_value")] if keep_raw_value else []),
+            )
+    return good.select(*(source[f.name].alias(f.name) for f in value_type.fields), *metadata, *raw)
 
 
 def bad_rows(decoded: Any) -> Any:

@@ -27,7 +27,7 @@ from typing import Any
 
 from .base import INVALID_JSON, UNKNOWN_SCHEMA_ID, DecoderError, DecoderSpec, RecordDecoder, SchemaSource
 from .json_schema import spark_type
-from .wire import header_reason, payload, schema_id
+from .wire import header_reason, is_one_of, payload, schema_id
 
 #: the field Spark's from_json fills with the text of a record it cannot parse into the schema
 CORRUPT_FIELD = "_kbp_corrupt"
@@ -127,14 +127,19 @@ class JsonDecoder(RecordDecoder):
     def reason(self, raw: Any, decoded: Any, spec: DecoderSpec) -> Any:
         from pyspark.sql import functions as F
 
-        out = F.when(raw.isNull(), F.lit(None).cast("string"))
+        good = decoded[CORRUPT_FIELD].isNull()
+        known = spec.resolved["known_ids"]
+        if spec.resolved["header"] and known is not None:  # the common case first: a known id, parsed
+            good = good & is_one_of(raw, known)
+        elif spec.resolved["header"]:
+            good = good & header_reason(raw).isNull()
+        out = F.when(raw.isNull() | good, F.lit(None).cast("string"))
         if spec.resolved["header"]:
             out = out.when(header_reason(raw).isNotNull(), header_reason(raw))
-            known = spec.resolved["known_ids"]
             if known is not None:
                 subjects = ", ".join(map(repr, spec.resolved["subjects"]))
                 out = out.when(
-                    ~schema_id(raw).isin(known),
+                    ~is_one_of(raw, known),
                     F.concat(
                         F.lit(f"{UNKNOWN_SCHEMA_ID} "),
                         schema_id(raw).cast("string"),

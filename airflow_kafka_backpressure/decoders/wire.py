@@ -7,6 +7,7 @@ Evaluated in the JVM; pyspark is imported when an expression is built (in the jo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .base import TOO_SHORT, WRONG_MAGIC_BYTE
@@ -53,6 +54,29 @@ def schema_id(raw: Any) -> Any:
     return F.when(has_header, F.conv(F.hex(raw.substr(F.lit(2), F.lit(4))), 16, 10).cast("long"))
 
 
+def header_bytes(schema_id: int) -> bytes:
+    """The 5-byte header of a record written with ``schema_id``."""
+    return bytes([MAGIC_BYTE]) + int(schema_id).to_bytes(4, "big")
+
+
+def header(raw: Any) -> Any:
+    """The first 5 bytes of ``raw`` (binary column). Compared with :func:`header_bytes` literals,
+    a record's schema id is checked as bytes: no per-record hex string and base conversion, which
+    :func:`schema_id` costs (about a third of a decode's time on a million records)."""
+    from pyspark.sql import functions as F
+
+    return raw.substr(F.lit(1), F.lit(HEADER_BYTES))
+
+
+def is_one_of(raw: Any, schema_ids: Sequence[int]) -> Any:
+    """Whether ``raw`` starts with the header of one of ``schema_ids`` (a boolean column)."""
+    from pyspark.sql import functions as F
+
+    if not schema_ids:
+        return F.lit(False)
+    return header(raw).isin([F.lit(header_bytes(i)) for i in sorted(schema_ids)])
+
+
 def payload(raw: Any) -> Any:
     """The bytes after the header (binary column)."""
     from pyspark.sql import functions as F
@@ -65,8 +89,9 @@ def by_schema_id(raw: Any, decoders: dict[int, Any]) -> Any:
     END`` (null for any other id; only the chosen branch is evaluated)."""
     from pyspark.sql import functions as F
 
-    sid = schema_id(raw)
+    head = header(raw)
     out: Any = None
     for id_, expr in sorted(decoders.items()):
-        out = F.when(sid == F.lit(id_), expr) if out is None else out.when(sid == F.lit(id_), expr)
+        hit = head == F.lit(header_bytes(id_))
+        out = F.when(hit, expr) if out is None else out.when(hit, expr)
     return F.lit(None) if out is None else out

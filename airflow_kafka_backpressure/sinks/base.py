@@ -59,17 +59,32 @@ class CommittedBatch:
     bad_records: int = 0
 
 
-@dataclass(frozen=True)
-class SetAside:
+class SetAside(abc.ABC):
     """What decoding made of a batch (the job's :mod:`~..spark.decoding`), for the write to commit
-    with the batch's rows: the records that did not decode (``rows``: a DataFrame of the error
-    table's columns, ``count`` of them), the records that did (``good``), and every range's records
-    and key+value bytes as read (``reads``: the write's counts of what was read)."""
+    with the batch's rows. :attr:`rows` are the records that decoded, in the columns that land;
+    the records that did not are the error table's (:meth:`errors`), committed in the same commit.
+
+    :meth:`settle` counts the batch and checks it (an incompatible schema, more bad records than
+    the pipeline's bound: it raises, and nothing may be committed); :attr:`count`, :attr:`good` and
+    :attr:`reads` hold after it. When :attr:`observed`, writing :attr:`rows` counts them as they
+    pass, so a format whose data write comes before its commit settles between the two with no
+    second pass; otherwise :meth:`settle` runs a Spark job of its own, before the write."""
 
     rows: Any
-    count: int
-    good: int
-    reads: tuple[tuple[OffsetRange, int, int], ...]
+    #: writing :attr:`rows` (untransformed) counts the batch: settle after that write
+    observed: bool = False
+    #: records that did not decode; records that did; (range, records read, key+value bytes)
+    count: int = 0
+    good: int = 0
+    reads: tuple[tuple[OffsetRange, int, int], ...] = ()
+
+    @abc.abstractmethod
+    def settle(self) -> None:
+        """Count the batch and check it (see the class doc); raises with the job's message."""
+
+    @abc.abstractmethod
+    def errors(self) -> Any:
+        """The records that did not decode, as the error table holds them (a DataFrame)."""
 
 
 class BatchWrite(abc.ABC):
@@ -136,6 +151,9 @@ class SinkFormat(abc.ABC):
     needs_directory_renames: ClassVar[bool] = False
     #: the arrow writer (each Python reader task writes its range's Parquet files) can feed it
     takes_arrow_writer: ClassVar[bool] = False
+    #: its data write is staged and published by a commit of its own: a decoded batch is counted
+    #: and checked between the two, as its rows are written (:attr:`SetAside.observed`)
+    stages_before_commit: ClassVar[bool] = False
 
     @classmethod
     def reference(cls) -> str:

@@ -208,6 +208,11 @@ class TableWrite(BatchWrite):
                 f"{self.where}: the {self.fmt.name} format takes no files the arrow writer wrote"
             )
         spec, plan = self.spec, self.spec.plan
+        if set_aside is not None:  # counted and checked before anything is committed
+            set_aside.settle()
+            self.per_partition = [
+                {"topic": r.topic, "partition": r.partition, "count": n} for r, n, _ in set_aside.reads if n
+            ]
         read = sum(int(r["count"]) for r in self.per_partition)
         if spec.transform is None:
             expected = read if set_aside is None else set_aside.good
@@ -237,7 +242,7 @@ class TableWrite(BatchWrite):
             if set_aside.count or attempt > 1:
                 self.fmt.write_batch(
                     self.spark,
-                    set_aside.rows,
+                    set_aside.errors(),
                     self.fmt.error_table(plan.sink),
                     pipeline=plan.pipeline,
                     batch_id=plan.batch_id,

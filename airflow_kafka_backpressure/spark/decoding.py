@@ -2,28 +2,35 @@
 typed rows for the sink, the records that did not decode for its error table, and the checks that
 fail the batch before anything is committed.
 
-:func:`decode_batch` decodes the DataFrame the reader returned once, in the JVM
-(:func:`~..decoders.frame.decode_frame`, persisted), and counts it in one Spark job: records, key +
-value bytes and bad records per topic-partition. Then, before the sink sees a row:
+:class:`DecodedBatch` decodes the DataFrame the reader returned in the JVM
+(:func:`~..decoders.frame.decode_frame`) and counts it: records, key + value bytes per range, bad
+records, and records of an incompatible schema. Two ways, by the sink format:
 
-* a record written with a schema the reader schema cannot read (an incompatible change) fails the
-  batch, its message naming the subject, both versions and the field;
-* more bad records than the pipeline's ``max_bad_records`` fail the batch, naming the first bad
-  offsets and why each did not decode.
+* a format that stages its data before a commit of its own (the Parquet directory), with no
+  transform: the counts are observed as the rows are written (``DataFrame.observe``), one pass over
+  Kafka; :meth:`~DecodedBatch.settle` then checks them between the write and the commit (a refusal
+  aborts the staged write) and the bad records are read again only when there are some;
+* otherwise (a table whose write is its commit, a transform whose output may not carry the counts):
+  the decoded records are persisted and counted by one Spark job before the write, which reads them
+  from the cache: Kafka is read once.
 
-What it returns: the rows to commit (:func:`~..decoders.frame.query_rows`: a record value's fields as
-columns, Kafka's metadata as ``kafka_*``; :func:`~..decoders.frame.good_rows` when only the key is
-decoded into a non-record value) and the :class:`~..sinks.SetAside` the sink commits with them.
+The checks: a record written with a schema the reader schema cannot read (an incompatible change)
+fails the batch, naming the subject, both versions and the field; more bad records than the
+pipeline's ``max_bad_records`` fail it, naming the first bad offsets and why each did not decode.
+
+The rows that land: :func:`~..decoders.frame.query_rows` (a record value's fields as columns,
+Kafka's metadata as ``kafka_*``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from airflow_kafka_backpressure.batch.models import JobSpec, TopicPartition
+from airflow_kafka_backpressure.batch.models import JobSpec, OffsetRange
 from airflow_kafka_backpressure.decoders import decoder_from_spec
+from airflow_kafka_backpressure.decoders.base import FATAL_KINDS
 from airflow_kafka_backpressure.decoders.decoding import Decoding, bound_text
 from airflow_kafka_backpressure.decoders.frame import REASON, bad_rows, decode_frame, fatal_rows, query_rows
 from airflow_kafka_backpressure.sinks import SetAside
@@ -33,82 +40,126 @@ from airflow_kafka_backpressure.spark.errors import JobError
 SHOWN_BAD_RECORDS = 5
 
 
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def _session_problems(spark: Any, decoding: Decoding) -> list[str]:
-    return [p for s in decoding.specs.values() if (p := decoder_from_spec(s).session_problem(spark))]
-
-
 def _where(row: Any) -> str:
     return f"{row['topic']}-{row['partition']}@{row['offset']}"
 
 
-@contextmanager
-def decode_batch(spark: Any, spec: JobSpec, read: Any) -> Iterator[tuple[Any, SetAside]]:
-    """The batch ``read`` decoded as ``spec.decoding`` says: ``(rows, set_aside)`` (module doc);
-    raises :class:`JobError` for an incompatible schema, a bad-record count above the bound, or a
-    Spark session that cannot decode (a missing package). The decoded data stays persisted until
-    the ``with`` block ends (the sink's commit reads it)."""
+def _count_exprs(ranges: Sequence[OffsetRange]) -> list[Any]:
+    """Aggregates of a decoded batch: per non-empty range its records (``n<i>``), the key+value
+    bytes, the bad records and those of an incompatible schema. One comparison of the partition
+    number per range and row (the topic's too when the batch reads several)."""
     from pyspark.sql import functions as F
 
-    assert spec.decoding is not None
-    decoding = Decoding.from_dict(spec.decoding)
-    plan = spec.plan
-    where = f"batch {plan.batch_id} of pipeline {plan.pipeline!r}"
-    decoded = decode_frame(read, decoding.specs).persist()
-    try:
-        size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+    several_topics = len({r.topic for r in ranges}) > 1
+    size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+    reason = F.col(REASON)
+    fatal = F.lit(False)
+    for kind in FATAL_KINDS:
+        fatal = fatal | reason.contains(f": {kind}")
+    exprs = [
+        F.sum(size).alias("bytes"),
+        F.count(reason).alias("bad"),
+        F.count(F.when(reason.isNotNull() & fatal, 1)).alias("fatal"),
+    ]
+    for i, r in enumerate(ranges):
+        hit = F.col("partition") == r.partition
+        if several_topics:
+            hit = hit & (F.col("topic") == r.topic)
+        exprs.append(F.count(F.when(hit, 1)).alias(f"n{i}"))
+    return exprs
+
+
+class DecodedBatch(SetAside):
+    """One batch's decoding (module doc); :meth:`close` releases what it persisted."""
+
+    def __init__(self, spark: Any, spec: JobSpec, read: Any, *, observe: bool) -> None:
+        assert spec.decoding is not None
+        self.spark, self.spec = spark, spec
+        self.decoding = Decoding.from_dict(spec.decoding)
+        plan = spec.plan
+        self.where = f"batch {plan.batch_id} of pipeline {plan.pipeline!r}"
+        self.live = [r for r in plan.ranges if r.count > 0]
+        self._kept: list[Any] = []
+        self._observation: Any = None
+        if observe and self.live:
+            from pyspark.sql import Observation
+
+            self._observation = Observation()
+            decoded = decode_frame(
+                read, self.decoding.specs, observe=(self._observation, _count_exprs(self.live))
+            )
+        else:
+            decoded = decode_frame(read, self.decoding.specs)
+            if self.live:
+                decoded = decoded.persist()
+                self._kept.append(decoded)
+        self.observed = self._observation is not None
+        self.decoded = decoded
+        self.rows = query_rows(decoded, keep_raw_value=self.decoding.keep_raw_value)
+
+    def _counts(self) -> Mapping[str, Any]:
+        if not self.live:
+            return {}
+        if self._observation is not None:
+            return dict(self._observation.get)
         try:
-            stats = (
-                decoded.groupBy("topic", "partition")
-                .agg(
-                    F.count(F.lit(1)).alias("n"),
-                    F.sum(size).alias("b"),
-                    F.sum(F.col(REASON).isNotNull().cast("long")).alias("bad"),
-                )
-                .collect()
-            )
+            return self.decoded.agg(*_count_exprs(self.live)).collect()[0].asDict()
         except Exception as e:
-            problems = _session_problems(spark, decoding)
+            problems = [
+                p
+                for s in self.decoding.specs.values()
+                if (p := decoder_from_spec(s).session_problem(self.spark))
+            ]
             if problems:
-                raise JobError(f"{where}: " + "; ".join(problems)) from e
+                raise JobError(f"{self.where}: " + "; ".join(problems)) from e
             raise
-        counts = {TopicPartition(r["topic"], int(r["partition"])): r for r in stats}
-        reads = tuple(
-            (
-                r,
-                int(counts[r.tp]["n"]) if r.tp in counts else 0,
-                int(counts[r.tp]["b"] or 0) if r.tp in counts else 0,
-            )
-            for r in plan.ranges
+
+    def settle(self) -> None:
+        got = self._counts()
+        total_bytes = int(got.get("bytes") or 0)
+        counts = {r.tp: int(got.get(f"n{i}") or 0) for i, r in enumerate(self.live)}
+        # the bytes are the batch's total, carried by its first range (the manifest keeps the total)
+        first = self.live[0].tp if self.live else None
+        self.reads = tuple(
+            (r, counts.get(r.tp, 0), total_bytes if r.tp == first else 0) for r in self.spec.plan.ranges
         )
-        records = sum(n for _, n, _ in reads)
-        bad = sum(int(r["bad"] or 0) for r in stats)
-        if bad:
-            for row in fatal_rows(decoded).orderBy("topic", "partition", "offset").limit(1).collect():
-                raise JobError(
-                    f"{where}: the record at {_where(row)} was written with an incompatible schema, so nothing of "
-                    f"the batch was committed: {row['reason']}"
-                )
-            allowed = decoding.allowed(records)
-            if allowed is not None and bad > allowed:
-                first = (
-                    bad_rows(decoded)
-                    .orderBy("topic", "partition", "offset")
-                    .limit(SHOWN_BAD_RECORDS)
-                    .collect()
-                )
-                shown = "; ".join(f"{_where(r)}: {r['reason']}" for r in first)
-                raise JobError(
-                    f"{where}: {bad} of {records} records did not decode, more than {bound_text(decoding.max_bad_records)} "
-                    f"allows ({allowed}); nothing of the batch was committed. First bad records: {shown}. Fix the "
-                    "producer or the pipeline's key_format/value_format and replay the batch, or raise max_bad_records "
-                    "to set them aside in the error table"
-                )
-        rows = query_rows(decoded, keep_raw_value=decoding.keep_raw_value)
-        yield rows, SetAside(bad_rows(decoded), bad, records - bad, reads)
+        records = sum(counts.values())
+        self.count = int(got.get("bad") or 0)
+        self.good = records - self.count
+        if int(got.get("fatal") or 0):
+            row = fatal_rows(self.decoded).orderBy("topic", "partition", "offset").limit(1).collect()[0]
+            raise JobError(
+                f"{self.where}: the record at {_where(row)} was written with an incompatible schema, so nothing of "
+                f"the batch was committed: {row['reason']}"
+            )
+        allowed = self.decoding.allowed(records)
+        if allowed is not None and self.count > allowed:
+            first_bad = (
+                bad_rows(self.decoded).orderBy("topic", "partition", "offset").limit(SHOWN_BAD_RECORDS)
+            )
+            shown = "; ".join(f"{_where(r)}: {r['reason']}" for r in first_bad.collect())
+            raise JobError(
+                f"{self.where}: {self.count} of {records} records did not decode, more than "
+                f"{bound_text(self.decoding.max_bad_records)} allows ({allowed}); nothing of the batch was committed. "
+                f"First bad records: {shown}. Fix the producer or the pipeline's key_format/value_format and replay "
+                "the batch, or raise max_bad_records to set them aside in the error table"
+            )
+
+    def errors(self) -> Any:
+        return bad_rows(self.decoded)
+
+    def close(self) -> None:
+        for df in self._kept:
+            df.unpersist()
+        self._kept = []
+
+
+@contextmanager
+def decode_batch(spark: Any, spec: JobSpec, read: Any, *, observe: bool) -> Iterator[DecodedBatch]:
+    """The batch ``read`` decoded as ``spec.decoding`` says (:class:`DecodedBatch`; ``observe``:
+    counted as its rows are written), released when the block ends."""
+    batch = DecodedBatch(spark, spec, read, observe=observe)
+    try:
+        yield batch
     finally:
-        decoded.unpersist()
+        batch.close()

@@ -337,12 +337,16 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
                     ),
                 )
             else:
-                read = write.counted(read_ranges(spark, spec, reader, read_records_dir=records_dir))
+                read = read_ranges(spark, spec, reader, read_records_dir=records_dir)
                 if spec.decoding is None:
+                    read = write.counted(read)
                     committed = write.commit(apply_transform(read, spec.transform))
                 else:
-                    with decode_batch(spark, spec, read) as (rows, set_aside):
-                        committed = write.commit(apply_transform(rows, spec.transform), set_aside=set_aside)
+                    # counted as its rows are written where the format commits after its write
+                    observe = fmt.stages_before_commit and spec.transform is None
+                    with decode_batch(spark, spec, read, observe=observe) as decoded:
+                        rows = apply_transform(decoded.rows, spec.transform)
+                        committed = write.commit(rows, set_aside=decoded)
         finally:
             write.close()
     except JobError:

@@ -1,5 +1,5 @@
 """SchemaRegistryHook: a ``schema_registry`` connection → confluent-kafka's client → the decoders'
-schemas, against the tests' registry (tests/schema_registry.py) with basic auth and TLS. The
+schemas, against the tests' registry (kbp_local/schema_registry.py) with basic auth and TLS. The
 credentials reach the client and nothing else: not a message, a log line or a prepared spec."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from confluent_kafka.schema_registry import Schema
 
 from airflow_kafka_backpressure.decoders import DecoderError, decoder_for
 from airflow_kafka_backpressure.hooks.schema_registry import SchemaRegistryError, SchemaRegistryHook
-from tests.schema_registry import SchemaRegistryServer
+from kbp_local.schema_registry import SchemaRegistryServer
 
 V1 = '{"type":"record","name":"Order","fields":[{"name":"id","type":"long"}]}'
 

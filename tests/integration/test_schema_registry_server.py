@@ -1,4 +1,4 @@
-"""The tests' Schema Registry (tests/schema_registry.py) answers confluent-kafka's own client and
+"""The tests' Schema Registry (kbp_local/schema_registry.py) answers confluent-kafka's own client and
 serializers as Confluent's registry does: global, stable ids; versions; BACKWARD compatibility of
 Avro with Confluent's error shape; basic auth; TLS. The decoders' tests stand on these answers."""
 
@@ -13,7 +13,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from tests.schema_registry import SchemaRegistryServer
+from kbp_local.schema_registry import SchemaRegistryServer
 
 V1 = '{"type":"record","name":"User","fields":[{"name":"id","type":"long"}]}'
 V2 = (

@@ -3,7 +3,7 @@ Apache Kafka broker, both engines (spark-submit on ``local[2]``, the session's S
 records encoded by confluent-kafka's own ``AvroSerializer`` against the tests' Schema Registry.
 
 What stands in: the Schema Registry is the test suite's server of Confluent's REST API
-(:mod:`tests.schema_registry`) — no Confluent registry can be installed here (not on PyPI, Maven
+(:mod:`kbp_local.schema_registry`) — no Confluent registry can be installed here (not on PyPI, Maven
 Central or Debian's packages); the bytes on the topic are the real wire format, written by
 confluent-kafka's serializers, and the product reads the registry through confluent-kafka's client.
 

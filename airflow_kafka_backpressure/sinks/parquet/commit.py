@@ -226,7 +226,7 @@ def commit_batch(
         read_dir.delete()
         seen = sum(int(f["rows"]) for f in files)
         errors_dir = staging.child(ERRORS_DIR)
-        error_files = _published_files(errors_dir) if error_rows is not None and errors_dir.exists() else []
+        error_files = _published_files(errors_dir) if error_rows and errors_dir.exists() else []
         bad = sum(int(f["rows"]) for f in error_files)
         if error_rows is not None and bad != error_rows:
             written_rows, seen = error_rows, bad  # the same refusal: files the committing side cannot see

@@ -52,6 +52,7 @@ class ParquetSink(SinkFormat):
     notes: ClassVar[str] = "local disk or HDFS"
     needs_directory_renames: ClassVar[bool] = True
     takes_arrow_writer: ClassVar[bool] = True
+    stages_before_commit: ClassVar[bool] = True
 
     def event_path(self, sink: str, batch_id: int) -> str:
         """The batch's own directory."""
@@ -139,8 +140,7 @@ class ParquetWrite(BatchWrite):
             count_reads=not self.source.leaves_completion_records
             and spec.transform is None
             and set_aside is None,
-            reads=None if set_aside is None else set_aside.reads,
-            errors=None if set_aside is None or not set_aside.count else (set_aside.rows, set_aside.count),
+            set_aside=set_aside,
         )
         return reported(manifest)
 

@@ -37,6 +37,7 @@ from pyspark.sql.types import StructType
 
 from airflow_kafka_backpressure.batch.models import OffsetRange, batch_path
 from airflow_kafka_backpressure.sinks import data_sources
+from airflow_kafka_backpressure.sinks.base import SetAside
 from airflow_kafka_backpressure.sinks.completion import observe_reads, observe_rows
 from airflow_kafka_backpressure.sinks.parquet.commit import (
     SinkError,
@@ -192,7 +193,8 @@ def register(spark: Any) -> None:
 #: outgrows its limit, writing the same PLAIN pages it would have written without one. Measured in
 #: interleaved A/B runs (1,000 records per producer batch, local[1]; docs/benchmarks.md): the
 #: Parquet write's cost over a no-op sink fell from 0.24 s to 0.10 s per 100,000 records.
-PLAIN_COLUMNS: tuple[str, ...] = ("key", "value", "offset")
+#: A decoded batch's columns (``kafka_key``, ``kafka_offset``, ``kafka_value``) are the same ones.
+PLAIN_COLUMNS: tuple[str, ...] = ("key", "value", "offset", "kafka_key", "kafka_offset", "kafka_value")
 
 
 def plain_columns_among(
@@ -228,8 +230,7 @@ def write_batch(
     plain_columns: Sequence[str] | None = None,
     write_data: Callable[[str], Any] | None = None,
     count_reads: bool = False,
-    reads: Sequence[tuple[OffsetRange, int, int]] | None = None,
-    errors: tuple[Any, int] | None = None,
+    set_aside: SetAside | None = None,
 ) -> dict[str, Any]:
     """Write ``df`` as batch ``batch_id`` of ``sink`` (replacing any previous version whole) and
     return the committed manifest, read back where Spark runs. ``token`` names the attempt (its
@@ -242,10 +243,10 @@ def write_batch(
     (:func:`commit_batch`). ``count_reads``: ``df`` is the
     batch's Kafka records as read, every range to its end (the native reader, no transform): Spark
     counts each range's records and bytes while it writes them (``DataFrame.observe``), and the
-    counts travel to the commit in its options (see :func:`commit_batch`). ``reads``: the ranges'
-    records and bytes as read, counted by the caller (a decoded batch: :class:`~..base.SetAside`).
-    ``errors``: the batch's records that did not decode (a DataFrame) and how many, written into
-    the staging directory's ``_errors/`` and so swapped in with the batch (the error table,
+    counts travel to the commit in its options (see :func:`commit_batch`). ``set_aside``: a decoded
+    batch (``df`` is its rows): settled after the data write, before the commit (its counts are the
+    ranges' reads; a refusal aborts the write), and its bad records written into the staging
+    directory's ``_errors/``, so swapped in with the batch (the error table,
     :data:`~.commit.ERRORS_DIR`)."""
     opts = sink_options(
         sink,
@@ -278,8 +279,8 @@ def write_batch(
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     data, observed = observe_reads(df, ranges) if count_reads and write_data is None else (df, None)
     rows: Callable[[], int] | None = None
-    if write_data is None and observed is None:
-        data, rows = observe_rows(data)
+    if write_data is None and observed is None and not (set_aside is not None and set_aside.observed):
+        data, rows = observe_rows(data)  # (a decoded batch counts the rows it wrote: set_aside.good)
     read_by: set[str] | None = None
     written: Any = None
     try:
@@ -297,20 +298,25 @@ def write_batch(
                 )
             else:
                 writer.parquet(staging_uri(sink, batch_id, token))
-        if errors is not None:
-            errors[0].write.mode("append").option("compression", compression or "snappy").parquet(
-                errors_uri(sink, batch_id, token)
-            )
+        if set_aside is not None:
+            set_aside.settle()  # after the write when it counted the rows as they passed
+            if set_aside.count:
+                set_aside.errors().write.mode("append").option(
+                    "compression", compression or "snappy"
+                ).parquet(errors_uri(sink, batch_id, token))
     except Exception:
         try:
             stage("abort")
         except Exception:  # noqa: BLE001 - the write's own error is the one to report
             pass
         raise
-    if reads is not None:
-        opts["reads"] = json.dumps([{"range": r.to_dict(), "records": n, "bytes": b} for r, n, b in reads])
-    if errors is not None:
-        opts["errorRows"] = str(int(errors[1]))
+    if set_aside is not None:
+        opts["reads"] = json.dumps(
+            [{"range": r.to_dict(), "records": n, "bytes": b} for r, n, b in set_aside.reads]
+        )
+        opts["errorRows"] = str(int(set_aside.count))
+        if set_aside.observed:  # the rows written are the good ones, counted as they passed
+            opts["writtenRows"] = str(int(set_aside.good))
     if observed is not None:
         opts["reads"] = json.dumps(
             [{"range": r.to_dict(), "records": n, "bytes": b} for r, n, b in observed()]

@@ -1,4 +1,5 @@
-"""A Schema Registry for the test suite: Confluent's REST API, served from a thread of the tests.
+"""A Schema Registry for the tests, the demo and the benchmarks: Confluent's REST API, served from
+a thread of the calling process (``python -m kbp_local.schema_registry`` serves one on its own).
 
 **What stands in, and why.** The record decoders (``airflow_kafka_backpressure.decoders``) and the
 producers of the tests talk to a Confluent Schema Registry. No real one can be installed here
@@ -475,3 +476,23 @@ class SchemaRegistryServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def main() -> None:
+    """Serve a registry on 127.0.0.1 until interrupted; print its URL."""
+    import argparse
+    import time
+
+    ap = argparse.ArgumentParser(description="A Schema Registry (Confluent's REST API) on 127.0.0.1")
+    ap.parse_args()
+    with SchemaRegistryServer() as server:
+        print(server.url, flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()
