@@ -2,7 +2,7 @@
 
 A FastAPI app (:mod:`.api`) mounted by the API server under :data:`URL_PREFIX`, shown by the UI as
 an external view (menu *Browse → Kafka Backpressure*, route ``/plugin/kafka-backpressure``). Per
-pipeline it shows the batches of the ledger (PID rate limit, records, processed rate, processing
+pipeline it shows the batches of the ledger (PID rate limit against the arrival rate, records against planned, bad records, processing
 time / batch interval with the scaling thresholds, scheduling delay, executors, lag, status,
 errors), the replayable batches, each partition's lag and retention risk (read from the broker),
 and the controller Variables (``kbp.<pipeline>.settings`` / ``.controller_state`` /

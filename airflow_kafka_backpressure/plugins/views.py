@@ -101,7 +101,9 @@ def batch_view(b: BatchRecord) -> dict[str, Any]:
 
     ``batch_interval_ms``, ``lag`` (records left behind when planned), ``planned_records``,
     ``data_loss_records``, ``processing_ratio`` (processing time / batch interval, the ratio that drives
-    executor scaling) and ``records_per_s`` (records / processing time).
+    executor scaling) and ``records_per_s`` (records / processing time). ``arrival_per_s`` (records
+    that arrived per second of input, comparable with the rate limit) is set by :func:`batches`,
+    from the batch before.
     """
     d = b.to_dict()
     interval = b.plan.batch_interval_ms
@@ -115,7 +117,23 @@ def batch_view(b: BatchRecord) -> dict[str, Any]:
     d["records_per_s"] = (
         b.records * 1000.0 / b.processing_ms if b.records is not None and b.processing_ms else None
     )
+    d["arrival_per_s"] = None
     return d
+
+
+def with_arrival_rates(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``views`` (a pipeline's batches, any order) with ``arrival_per_s``: the records that arrived
+    on the topics per second between the plan of the batch before and this one's (this one's
+    planned records plus the lag it left, less the lag the batch before left, over the time between
+    the two plans). A rate per second of input, as the rate limit is; None for the oldest batch
+    shown, or a plan at the same millisecond."""
+    ordered = sorted(views, key=lambda v: v["batch_id"])
+    for before, v in zip(ordered, ordered[1:]):
+        seconds = (v["created_at_ms"] - before["created_at_ms"]) / 1000.0
+        if seconds > 0:
+            arrived = v["planned_records"] + v["lag"] - before["lag"]
+            v["arrival_per_s"] = max(arrived, 0) / seconds
+    return views
 
 
 def replayable_view(b: BatchRecord) -> dict[str, Any]:
@@ -133,7 +151,8 @@ def batches(
     ledger: Ledger, pipeline: str, limit: int, statuses: list[str] | None = None
 ) -> list[dict[str, Any]]:
     try:
-        return [batch_view(b) for b in ledger.recent_batches(pipeline, limit=limit, statuses=statuses)]
+        views = [batch_view(b) for b in ledger.recent_batches(pipeline, limit=limit, statuses=statuses)]
+        return with_arrival_rates(views) if statuses is None else views
     except ValueError as e:
         raise HTTPException(status_code=400, detail=str(e)) from None
 

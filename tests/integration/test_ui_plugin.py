@@ -95,7 +95,7 @@ def _fill_ledger(url: str) -> dict[str, int]:
     led.mark_succeeded(b, records=1000, processing_ms=4000)
     ids["ok2"] = b = plan(P, "run-2", 1000, 3000, 400.0, 50)
     led.mark_running(b, executors=3)
-    led.record_metrics(b, scheduling_delay_ms=900)
+    led.record_metrics(b, scheduling_delay_ms=900, bad_records=3)
     led.mark_succeeded(b, records=2000, processing_ms=9500)
     ids["failed"] = b = plan(P, "run-3", 3000, 3500, 321.0, 7000)
     led.mark_running(b, executors=3)
@@ -279,6 +279,10 @@ def test_pipelines_and_batches_json_hold_the_ledger_numbers(airflow_app: dict[st
     )
     assert failed["status"] == "failed" and failed["error"] == EVIL and failed["records"] is None
     assert failed["processing_ratio"] is None and failed["lag"] == 7000
+    # bad records where the batch was decoded (none recorded: nothing decoded)
+    assert ok2["bad_records"] == 3 and ok1["bad_records"] is None
+    # the arrival rate, per second of input like the rate limit: none for the oldest batch shown
+    assert ok1["arrival_per_s"] is None and all(isinstance(b["arrival_per_s"], float) for b in (ok2, failed))
     assert planned["status"] == "planned" and planned["attempts"] == 0
     assert planned["plan"]["ranges"] == [
         {"topic": TOPIC, "partition": 0, "from_offset": 3500, "until_offset": 4000}
