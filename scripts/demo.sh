@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The demo, in one command: Apache Kafka (KRaft, one node, jars from Maven Central), demo data (a burst, then a steady
-# stream), a local Spark Connect server (local[2]) and `airflow standalone` on 127.0.0.1 with the
-# demo pipeline's DAGs unpaused. Every minute the ingest DAG plans a batch with the controller,
-# runs it on the Connect server (the connect engine; Spark's own Kafka reader, format("kafka"))
-# and writes Parquet under .demo/sink. Ctrl-C
+# The demo, in one command: Apache Kafka (KRaft, one node, jars from Maven Central), a Schema Registry
+# (Confluent's REST API), demo data in Avro through the registry (a burst with schema version 1, then a
+# steady stream with version 2, a field added; every 2,000th record corrupt), a local Spark Connect
+# server (local[2]) and `airflow standalone` on 127.0.0.1 with the demo pipeline's DAGs unpaused.
+# Every minute the ingest DAG plans a batch with the controller, runs it on the Connect server (the
+# connect engine; Spark's own Kafka reader, format("kafka")), decodes the values into typed columns
+# and writes Parquet under .demo/sink, the corrupt records into each batch's _errors/. Ctrl-C
 # stops everything this script started.
 #
 # Settings (environment): KBP_DEMO_DIR [.demo], KBP_DEMO_UI_PORT [8080, or a free port],
 # KBP_DEMO_BROKER_PORT [19092, or a free port], KBP_DEMO_CONNECT_PORT [15002, or a free port],
+# KBP_DEMO_REGISTRY_PORT [18081, or a free port],
 # KBP_DEMO_RATE [200 records/s], KBP_DEMO_ENGINE [connect | submit: a spark-submit per batch].
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +32,8 @@ PY
 UI_PORT="${KBP_DEMO_UI_PORT:-$(port_or_free 8080)}"
 BROKER_PORT="${KBP_DEMO_BROKER_PORT:-$(port_or_free 19092)}"
 CONNECT_PORT="${KBP_DEMO_CONNECT_PORT:-$(port_or_free 15002)}"
+REGISTRY_PORT="${KBP_DEMO_REGISTRY_PORT:-$(port_or_free 18081)}"
+REGISTRY="http://127.0.0.1:$REGISTRY_PORT"
 BOOTSTRAP="127.0.0.1:$BROKER_PORT"
 ENGINE="${KBP_DEMO_ENGINE:-connect}"
 case "$ENGINE" in connect|submit) ;; *) echo "KBP_DEMO_ENGINE must be connect or submit, not '$ENGINE'" >&2; exit 2;; esac
@@ -56,14 +61,20 @@ setsid "$PY" -m kbp_local broker --port "$BROKER_PORT" --work-dir "$DEMO/kafka" 
 pids+=($!)
 for _ in $(seq 1200); do grep -q listening "$DEMO/broker.out" 2>/dev/null && break; kill -0 "${pids[-1]}" 2>/dev/null || break; sleep 0.1; done
 grep -q listening "$DEMO/broker.out" || { echo "Kafka did not start; see $DEMO/broker.out and $DEMO/kafka/kafka.log" >&2; exit 1; }
-# Spark's Kafka connector for every spark-submit of the demo (the submit engine's batches)
+echo "starting the Schema Registry on $REGISTRY" >&2
+setsid "$PY" -m kbp_local schema-registry --port "$REGISTRY_PORT" > "$DEMO/schema-registry.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do grep -q listening "$DEMO/schema-registry.out" 2>/dev/null && break; kill -0 "${pids[-1]}" 2>/dev/null || break; sleep 0.1; done
+grep -q listening "$DEMO/schema-registry.out" || { echo "the Schema Registry did not start; see $DEMO/schema-registry.out" >&2; exit 1; }
+# Spark's Kafka connector and Avro functions for every spark-submit of the demo (the submit engine's batches)
 "$PY" -m kbp_local spark-conf --dir "$DEMO/spark-conf" >&2
 export SPARK_CONF_DIR="$DEMO/spark-conf"
 
-echo "producing a burst of 30000 demo records, then ${KBP_DEMO_RATE:-200} records/s" >&2
-"$PY" -m kbp_local produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --partitions 4 --count 30000 >&2
+echo "producing a burst of 30000 Avro demo records (schema version 1), then ${KBP_DEMO_RATE:-200} records/s (version 2)" >&2
+AVRO=(--schema-registry "$REGISTRY" --schema-change-at 30000 --corrupt-every 2000)
+"$PY" -m kbp_local produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --partitions 4 --count 30000 "${AVRO[@]}" >&2
 setsid "$PY" -m kbp_local produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --partitions 4 \
-    --start-id 30000 --rate "${KBP_DEMO_RATE:-200}" > "$DEMO/producer.log" 2>&1 &
+    --start-id 30000 --rate "${KBP_DEMO_RATE:-200}" "${AVRO[@]}" > "$DEMO/producer.log" 2>&1 &
 pids+=($!)
 
 if [[ "$ENGINE" == connect ]]; then
@@ -75,7 +86,9 @@ fi
 
 cat > "$DEMO/pipelines.json" <<JSON
 {"pipelines": [{"name": "demo", "topics": ["$TOPIC"], "sink": "$DEMO/sink", "engine": "$ENGINE",
-                "batch_interval_s": 60, "replay_interval_s": 300, "tags": ["demo"]}]}
+                "batch_interval_s": 60, "replay_interval_s": 300, "tags": ["demo"],
+                "value_format": "avro", "schema_registry_conn_id": "schema_registry_default",
+                "max_bad_records": 0.01}]}
 JSON
 
 export AIRFLOW_HOME="$DEMO/airflow"
@@ -89,6 +102,7 @@ export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$UI_PORT/execut
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=30
 export KBP_PIPELINES_FILE="$DEMO/pipelines.json"
 export AIRFLOW_CONN_KAFKA_DEFAULT="{\"conn_type\": \"kafka\", \"extra\": {\"bootstrap.servers\": \"$BOOTSTRAP\"}}"
+export AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT="{\"conn_type\": \"schema_registry\", \"host\": \"$REGISTRY\"}"
 export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}'
 export AIRFLOW_CONN_SPARK_CONNECT_DEFAULT="{\"conn_type\": \"spark_connect\", \"host\": \"sc://127.0.0.1\", \"port\": $CONNECT_PORT}"
 export SPARK_LOCAL_IP=127.0.0.1
@@ -126,8 +140,9 @@ cat <<MSG
   Airflow UI   http://127.0.0.1:$UI_PORT      user: admin   password: $PASSWORD
   Monitor      http://127.0.0.1:$UI_PORT/plugin/kafka-backpressure   (Browse -> Kafka Backpressure)
   Broker       Apache Kafka $BOOTSTRAP, topic $TOPIC (4 partitions), ${KBP_DEMO_RATE:-200} records/s
+  Registry     $REGISTRY: Avro values, schema version 2 from id 30000, every 2,000th record corrupt
   Spark        engine $ENGINE$([[ "$ENGINE" == connect ]] && echo ", Connect server sc://127.0.0.1:$CONNECT_PORT (local[2])" || echo ", spark-submit --master local[2] per batch")
-  Output       $DEMO/sink/batch_id=N/*.parquet
+  Output       $DEMO/sink/batch_id=N/*.parquet (typed columns), bad records in $DEMO/sink/batch_id=N/_errors/
   Logs         $DEMO/*.log
 
   DAGs kbp_ingest_demo (every 60 s) and kbp_replay_demo (every 5 min) are unpaused.
