@@ -10,8 +10,6 @@ import json
 import math
 import os
 import re
-import types
-import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -23,10 +21,16 @@ from airflow_kafka_backpressure.batch.models import (
     writer_problem,
 )
 from airflow_kafka_backpressure.batch.options import ReaderOptions, SinkOptions, split_reader_options
+from airflow_kafka_backpressure.config.checks import (
+    SECONDS,
+    check_decoding,
+    check_timing,
+    check_types,
+)
 from airflow_kafka_backpressure.config.sink_placement import sharing_problems
 from airflow_kafka_backpressure.control.allocation import ON_DATA_LOSS, ON_TOPIC_RESET, STARTING_OFFSETS
-from airflow_kafka_backpressure.decoders import DECODERS, DEFAULT_FORMAT, DecoderError, RecordDecoder
-from airflow_kafka_backpressure.decoders.decoding import BOUND_RULE, bound_problem, field_decoders
+from airflow_kafka_backpressure.decoders import DECODERS, DEFAULT_FORMAT, RecordDecoder
+from airflow_kafka_backpressure.decoders.decoding import BOUND_RULE, field_decoders
 from airflow_kafka_backpressure.engines import ENGINES
 from airflow_kafka_backpressure.sinks import SINK_FORMATS, sink_format_names
 from airflow_kafka_backpressure.spark.readers import feeds_arrow_writer, reader_names
@@ -244,7 +248,7 @@ class PipelineConfig:
         object.__setattr__(self, "topics", topics)
         object.__setattr__(self, "tags", tuple(self.tags))
         self._typed_options()
-        _check_types(self, bad)
+        check_types(self, bad)
         if not self.sink:
             raise bad("sink", self.sink, "give a path or Hadoop URI for the output")
         if not is_absolute_location(self.sink):
@@ -254,11 +258,11 @@ class PipelineConfig:
                 "use an absolute path or a URI (/data/orders, s3://bucket/orders): a relative path means a "
                 "different directory to the Airflow worker, the Spark driver and each executor",
             )
-        for key in _SECONDS:
+        for key in SECONDS:
             value = getattr(self, key)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise bad(key, value, "must be a finite number of seconds > 0")
-        _check_timing(self, bad)
+        check_timing(self, bad)
         if self.starting_offsets not in STARTING_OFFSETS:
             raise bad("starting_offsets", self.starting_offsets, f"one of {STARTING_OFFSETS}")
         if self.on_data_loss not in ON_DATA_LOSS:
@@ -273,7 +277,7 @@ class PipelineConfig:
             raise bad("transform", self.transform, "use 'package.module:function'")
         if self.sink_format not in sink_format_names():
             raise bad("sink_format", self.sink_format, f"one of {', '.join(sink_format_names())}")
-        decoders = _check_decoding(self, bad)
+        decoders = check_decoding(self, bad)
         writer = self.sink_options.writer
         problem = writer_problem(
             writer, self.transform, self.reader, feeds_arrow_writer(self.reader), decoded=bool(decoders)
@@ -444,131 +448,6 @@ class PipelineConfig:
         if shared_problems:
             raise ValueError(f"{source}: " + "; ".join(shared_problems))
         return configs
-
-
-#: Fields holding seconds: each a finite number > 0 (or null where the field allows it).
-_SECONDS = (
-    "batch_interval_s",
-    "stall_timeout_s",
-    "batch_timeout_s",
-    "replay_interval_s",
-    "stale_after_s",
-    "kafka_timeout_s",
-    "task_timeout_s",
-    "lease_s",
-)
-#: Shortest schedule the DAG factory builds (batch and replay interval).
-MIN_INTERVAL_S = 1.0
-
-
-def _check_timing(p: PipelineConfig, bad: Any) -> None:
-    """The timing fields against each other: each rule keeps a wait that would never fire, or a
-    replay that would race a batch still inside its own time bound, out of the pipelines file."""
-    if p.batch_interval_s < MIN_INTERVAL_S:
-        raise bad("batch_interval_s", p.batch_interval_s, f"must be at least {MIN_INTERVAL_S:g} s")
-    if p.replay_interval_s is not None and p.replay_interval_s < MIN_INTERVAL_S:
-        raise bad(
-            "replay_interval_s",
-            p.replay_interval_s,
-            f"must be at least {MIN_INTERVAL_S:g} s (or null: every 5 batch intervals)",
-        )
-    timeout = p.batch_timeout
-    if p.stall_timeout_s >= timeout:
-        raise bad(
-            "stall_timeout_s",
-            p.stall_timeout_s,
-            f"must be shorter than the batch timeout ({timeout:g} s, batch_timeout_s or its default): a read "
-            "that stalls would be killed by the batch timeout before the stall is reported. Lower it, or raise "
-            "batch_timeout_s",
-        )
-    if p.stale_after_s is not None and p.stale_after_s <= timeout:
-        raise bad(
-            "stale_after_s",
-            p.stale_after_s,
-            f"must be longer than the batch timeout ({timeout:g} s): a batch still running inside its time bound "
-            "would be taken as abandoned and replayed while it writes. Raise it above batch_timeout_s, or lower "
-            "batch_timeout_s",
-        )
-
-
-def _check_decoding(p: PipelineConfig, bad: Any) -> dict[str, RecordDecoder]:
-    """The record formats, their options, the registry and the bad-record bound; returns the
-    decoders of the fields that are decoded."""
-    for name in ("key", "value"):
-        fmt = getattr(p, f"{name}_format")
-        if fmt not in DECODERS:
-            raise bad(
-                f"{name}_format",
-                fmt,
-                f"use one of {', '.join(DECODERS)} (protobuf has no decoder yet: docs/limitations.md)",
-            )
-    try:
-        decoders = p.decoders()
-    except DecoderError as e:
-        raise ValueError(f"pipeline {p.name!r}: {e}") from None
-    registry_users = [f"{n}_format {d.name!r}" for n, d in decoders.items() if d.uses_registry()]
-    if registry_users and not p.schema_registry_conn_id:
-        raise bad(
-            "schema_registry_conn_id",
-            p.schema_registry_conn_id,
-            f"{' and '.join(registry_users)} {'read' if len(registry_users) > 1 else 'reads'} schemas from a "
-            "schema registry: name a connection of type "
-            "schema_registry (Admin -> Connections)",
-        )
-    problem = bound_problem(p.max_bad_records)
-    if problem:
-        raise bad("max_bad_records", p.max_bad_records, problem)
-    return decoders
-
-
-def _check_types(p: PipelineConfig, bad: Any) -> None:
-    """Every field has the JSON type its annotation says (numbers for floats, no booleans for
-    numbers), so a pipelines file with ``"batch_interval_s": "60"`` fails with the key named."""
-    hints = typing.get_type_hints(PipelineConfig)
-    for f in fields(PipelineConfig):
-        value = getattr(p, f.name)
-        hint = hints[f.name]
-        allowed = (
-            typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-        )
-        if value is None and type(None) in allowed:
-            continue
-        if isinstance(hint, type) and isinstance(value, hint):  # typed options: checked by their type
-            continue
-        ok = False
-        for t in allowed:
-            origin = typing.get_origin(t) or t
-            if origin is float:
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            elif origin is int:
-                ok = isinstance(value, int) and not isinstance(value, bool)
-            elif origin is tuple:
-                ok = isinstance(value, tuple) and all(isinstance(x, str) for x in value)
-            elif origin is dict:
-                ok = isinstance(value, dict) and all(isinstance(k, str) for k in value)
-                if ok and typing.get_args(t)[1:] == (str,):
-                    ok = all(isinstance(v, str) for v in value.values())
-            elif origin in (str, bool):
-                ok = isinstance(value, origin)
-            if ok:
-                break
-        if not ok:
-            kinds = {
-                float: "a number",
-                int: "an integer",
-                str: "a string",
-                bool: "true/false",
-                tuple: "a list of strings",
-                dict: "an object",
-                type(None): "null",
-            }
-            names = " or ".join(
-                "an object of strings"
-                if typing.get_args(t)[1:] == (str,)
-                else kinds.get(typing.get_origin(t) or t, str(t))
-                for t in allowed
-            )
-            raise bad(f.name, value, f"must be {names}")
 
 
 def load_pipelines(path: str | os.PathLike[str] | None = None) -> list[PipelineConfig]:

@@ -69,8 +69,6 @@ batch_table = Table(
     Column("scheduling_delay_ms", BigInteger),
     Column("rate", Float),
     Column("executors", Integer),
-    # Records of the batch that did not decode and went to the error table (null: nothing decoded).
-    Column("bad_records", BigInteger),
     Column("attempts", Integer, nullable=False, default=0),
     Column("error", Text),
     Column("plan_json", Text, nullable=False),
@@ -80,6 +78,8 @@ batch_table = Table(
     Column("lease_expires_at_ms", BigInteger),
     # Replays of the batch that failed since it last ran on the main line: orders the replay queue.
     Column("replay_failures", Integer, nullable=False, default=0, server_default="0"),
+    # Records of the batch that did not decode and went to the error table (null: nothing decoded).
+    Column("bad_records", BigInteger),
     UniqueConstraint("pipeline", "run_id"),
     # Lets kbp_ranges reference (batch_id, pipeline): a range cannot belong to another pipeline's batch.
     UniqueConstraint("batch_id", "pipeline"),

@@ -236,3 +236,36 @@ def test_json_with_a_declared_schema_and_the_bad_record_bound(
     errors = out.errors()
     assert sorted(e["value"] for e in errors) == sorted(bad)
     assert all(e["reason"].startswith("value: invalid JSON") for e in errors), errors
+
+
+def test_the_job_gets_schema_text_and_never_the_registry_or_its_password(
+    topic_name, schema_registry, schema_registry_client, monkeypatch
+):
+    """What the worker hands the Spark job for a decoded pipeline (``SparkBatchHook.decoding``, the
+    spec's ``decoding``): schema text and ids read from the registry with the connection's
+    credentials, and neither the registry's URL nor its user or password."""
+    from airflow_kafka_backpressure.batch.models import BatchPlan, OffsetRange
+    from airflow_kafka_backpressure.config.pipeline import PipelineConfig
+    from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
+
+    subject = f"{topic_name}-value"
+    AvroSerializer(schema_registry_client, json.dumps(V1))(
+        {"id": 1, "item": "a"}, SerializationContext(topic_name, MessageField.VALUE)
+    )
+    p = PipelineConfig(
+        name="typed",
+        topics=[topic_name],
+        sink="/tmp/typed-sink",
+        value_format="avro",
+        schema_registry_conn_id=_registry_connection(monkeypatch, schema_registry),
+    )
+    plan = BatchPlan("typed", 1, "run", (OffsetRange(topic_name, 0, 0, 1),), p.sink, 60_000, 0)
+    decoding = SparkBatchHook(p).decoding(plan)
+    assert decoding is not None
+    text = json.dumps(decoding.to_dict())
+    reader = decoding.specs["value"].resolved["reader"]
+    assert reader["subject"] == subject
+    assert [f["name"] for f in json.loads(reader["schema"])["fields"]][:2] == ["id", "item"]
+    user, password = schema_registry.auth
+    for secret in (password, user, schema_registry.url, "127.0.0.1"):
+        assert secret not in text
