@@ -125,6 +125,12 @@ def test_fence_file_and_file_checks_on_a_local_sink(tmp_path):
     assert file_problems(location(str(d)), manifest) == ["b.parquet is missing"]
     manifest["files"][0]["bytes"] = 6
     assert file_problems(location(str(d)), manifest)[0] == "a.parquet has 5 bytes, the manifest says 6"
+    # a decoded batch's error table is part of it: an adoption needs its files too
+    ok = {"files": [{"name": "a.parquet", "bytes": 5}], "error_files": [{"name": "e.parquet", "bytes": 3}]}
+    assert file_problems(location(str(d)), ok) == ["_errors/e.parquet is missing"]
+    (d / "_errors").mkdir()
+    (d / "_errors" / "e.parquet").write_bytes(b"123")
+    assert file_problems(location(str(d)), ok) == []
 
 
 def test_rename_exchange_swaps_two_directories_atomically_and_noreplace_refuses(tmp_path):

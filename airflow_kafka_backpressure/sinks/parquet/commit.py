@@ -70,6 +70,7 @@ from airflow_kafka_backpressure.batch.models import OffsetRange, batch_path
 from airflow_kafka_backpressure.sinks.base import SinkFormatError
 from airflow_kafka_backpressure.sinks.completion import completed_reads, tally_reads
 from airflow_kafka_backpressure.sinks.parquet.fencing import (
+    ERRORS_DIR,
     clear_fence,
     fence_markers,
     fence_problem,
@@ -84,8 +85,6 @@ if TYPE_CHECKING:
 STAGING_PREFIX = "_kbp_staging_"
 REPLACED_PREFIX = "_kbp_replaced_"
 READ_DIR = "_read"
-#: the error table's files of a batch, inside its directory (a decoded batch's bad records)
-ERRORS_DIR = "_errors"
 MANIFEST_VERSION = 2
 
 

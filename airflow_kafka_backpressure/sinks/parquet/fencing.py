@@ -35,6 +35,9 @@ from typing import Any
 from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.storage import Location
 
+#: the error table's files of a batch, inside its directory (a decoded batch's bad records)
+ERRORS_DIR = "_errors"
+
 FENCE_PREFIX = "_kbp_fence_"
 
 __all__ = [
@@ -161,12 +164,22 @@ def adoption_problems(
 
 
 def file_problems(batch_dir: Location, manifest: dict[str, Any]) -> list[str]:
-    """Files the manifest lists that are missing or have another size."""
-    sizes = {name: size for name, is_dir, size in batch_dir.children() if not is_dir}
+    """Files the manifest lists that are missing or have another size: the batch's data files and
+    its error table's (``error_files``, in ``_errors/``: a replay that adopts the batch adopts its
+    bad records too, so they must all be there)."""
     out = []
-    for f in manifest.get("files", ()):
-        if f["name"] not in sizes:
-            out.append(f"{f['name']} is missing")
-        elif int(sizes[f["name"]]) != int(f["bytes"]):
-            out.append(f"{f['name']} has {sizes[f['name']]} bytes, the manifest says {f['bytes']}")
+    listed = [("", manifest.get("files", ()))]
+    if manifest.get("error_files"):
+        listed.append((ERRORS_DIR, manifest["error_files"]))
+    for folder, files in listed:
+        where = batch_dir.child(folder) if folder else batch_dir
+        sizes = (
+            {name: size for name, is_dir, size in where.children() if not is_dir} if where.exists() else {}
+        )
+        for f in files:
+            name = f"{folder}/{f['name']}" if folder else f["name"]
+            if f["name"] not in sizes:
+                out.append(f"{name} is missing")
+            elif int(sizes[f["name"]]) != int(f["bytes"]):
+                out.append(f"{name} has {sizes[f['name']]} bytes, the manifest says {f['bytes']}")
     return out

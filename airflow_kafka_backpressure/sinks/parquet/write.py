@@ -247,7 +247,7 @@ def write_batch(
     batch (``df`` is its rows): settled after the data write, before the commit (its counts are the
     ranges' reads; a refusal aborts the write), and its bad records written into the staging
     directory's ``_errors/``, so swapped in with the batch (the error table,
-    :data:`~.commit.ERRORS_DIR`)."""
+    :data:`~.fencing.ERRORS_DIR`)."""
     opts = sink_options(
         sink,
         batch_id,
