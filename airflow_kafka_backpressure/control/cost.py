@@ -220,9 +220,15 @@ def fit_cost(
         return replace(fit, noise=max(spread, noise_hint or 0.0)), spread
 
     fixed = 0.0 if prior_fixed_s is None else min(max(prior_fixed_s, 0.0), median_y)
+    # the median of each batch's own per-record cost: one batch far off (a cold first batch whose
+    # JVM and session start-up took most of its time) moves it by one rank at most. The median time
+    # over the median size paired two different batches' numbers, and such a batch, the smallest
+    # and slowest, moved both medians towards a higher cost (2026-11-29: 11.2 ms/record where every
+    # warm batch measured 9.4-10.3, so the cost mode settled at 0.50 of the interval, not 0.6)
+    per_record = statistics.median(max(y - fixed, 0.0) / x for x, y in points)
     fallback, fallback_spread = made(
         fixed,
-        (median_y - fixed) / median_x,
+        per_record,
         "proportional" if prior_fixed_s is None else "prior-fixed-cost",
         None if prior_fixed_s is None else prior_fixed_se_s,
     )
