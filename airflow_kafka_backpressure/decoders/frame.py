@@ -170,11 +170,18 @@ def bad_rows(decoded: Any) -> Any:
     )
 
 
-def fatal_rows(decoded: Any) -> Any:
-    """The bad records whose reason fails the batch (:data:`~.base.FATAL_KINDS`)."""
+def is_fatal() -> Any:
+    """Whether a decoded record's :data:`REASON` fails the batch (:data:`~.base.FATAL_KINDS`; a
+    boolean column, false for a record that decoded)."""
     from pyspark.sql import functions as F
 
+    reason = F.col(REASON)
     fatal = F.lit(False)
     for kind in FATAL_KINDS:
-        fatal = fatal | F.col(REASON).contains(f": {kind}")
-    return bad_rows(decoded).where(fatal)
+        fatal = fatal | reason.contains(f": {kind}")
+    return reason.isNotNull() & fatal
+
+
+def fatal_rows(decoded: Any) -> Any:
+    """The bad records whose reason fails the batch (:data:`~.base.FATAL_KINDS`)."""
+    return bad_rows(decoded).where(is_fatal())

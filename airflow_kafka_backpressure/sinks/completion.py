@@ -93,6 +93,29 @@ def executor_identity() -> str:
     return f"{socket.gethostname()}|{os.getcwd()}|{os.getppid()}"
 
 
+def key_value_bytes() -> Any:
+    """A record's key + value bytes (a column of Kafka's rows; a null key or value counts 0)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+
+
+def range_counts(ranges: Sequence[OffsetRange]) -> list[Any]:
+    """Aggregates of Kafka's rows: the records of each of ``ranges`` (``n<i>``, by its index). Per
+    range and row one comparison of the partition number, of the topic name too only when the
+    ranges span several topics."""
+    from pyspark.sql import functions as F
+
+    several_topics = len({r.topic for r in ranges}) > 1
+    exprs = []
+    for i, r in enumerate(ranges):
+        hit = F.col("partition") == r.partition
+        if several_topics:
+            hit = hit & (F.col("topic") == r.topic)
+        exprs.append(F.count(F.when(hit, 1)).alias(f"n{i}"))
+    return exprs
+
+
 def observe_reads(
     df: Any, ranges: Sequence[OffsetRange]
 ) -> tuple[Any, Callable[[], list[tuple[OffsetRange, int, int]]]]:
@@ -111,14 +134,7 @@ def observe_reads(
     live = [r for r in ranges if r.count > 0]
     if not live:
         return df, lambda: []
-    several_topics = len({r.topic for r in live}) > 1
-    size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
-    exprs = [F.sum(size).alias("bytes")]
-    for i, r in enumerate(live):
-        hit = F.col("partition") == r.partition
-        if several_topics:
-            hit = hit & (F.col("topic") == r.topic)
-        exprs.append(F.count(F.when(hit, 1)).alias(f"n{i}"))
+    exprs = [F.sum(key_value_bytes()).alias("bytes"), *range_counts(live)]
     observation = Observation()
 
     def result() -> list[tuple[OffsetRange, int, int]]:

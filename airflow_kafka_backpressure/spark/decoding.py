@@ -30,10 +30,17 @@ from typing import Any
 
 from airflow_kafka_backpressure.batch.models import JobSpec, OffsetRange
 from airflow_kafka_backpressure.decoders import decoder_from_spec
-from airflow_kafka_backpressure.decoders.base import FATAL_KINDS
 from airflow_kafka_backpressure.decoders.decoding import Decoding, bound_text
-from airflow_kafka_backpressure.decoders.frame import REASON, bad_rows, decode_frame, fatal_rows, query_rows
+from airflow_kafka_backpressure.decoders.frame import (
+    REASON,
+    bad_rows,
+    decode_frame,
+    fatal_rows,
+    is_fatal,
+    query_rows,
+)
 from airflow_kafka_backpressure.sinks import SetAside
+from airflow_kafka_backpressure.sinks.completion import key_value_bytes, range_counts
 from airflow_kafka_backpressure.spark.errors import JobError
 
 #: how many bad records a refusal names
@@ -46,27 +53,15 @@ def _where(row: Any) -> str:
 
 def _count_exprs(ranges: Sequence[OffsetRange]) -> list[Any]:
     """Aggregates of a decoded batch: per non-empty range its records (``n<i>``), the key+value
-    bytes, the bad records and those of an incompatible schema. One comparison of the partition
-    number per range and row (the topic's too when the batch reads several)."""
+    bytes, the bad records and those of an incompatible schema."""
     from pyspark.sql import functions as F
 
-    several_topics = len({r.topic for r in ranges}) > 1
-    size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
-    reason = F.col(REASON)
-    fatal = F.lit(False)
-    for kind in FATAL_KINDS:
-        fatal = fatal | reason.contains(f": {kind}")
-    exprs = [
-        F.sum(size).alias("bytes"),
-        F.count(reason).alias("bad"),
-        F.count(F.when(reason.isNotNull() & fatal, 1)).alias("fatal"),
+    return [
+        F.sum(key_value_bytes()).alias("bytes"),
+        F.count(REASON).alias("bad"),
+        F.count(F.when(is_fatal(), 1)).alias("fatal"),
+        *range_counts(ranges),
     ]
-    for i, r in enumerate(ranges):
-        hit = F.col("partition") == r.partition
-        if several_topics:
-            hit = hit & (F.col("topic") == r.topic)
-        exprs.append(F.count(F.when(hit, 1)).alias(f"n{i}"))
-    return exprs
 
 
 class DecodedBatch(SetAside):

@@ -62,6 +62,7 @@ from airflow_kafka_backpressure.sinks import (
     UnknownSinkFormat,
     sink_format_for,
 )
+from airflow_kafka_backpressure.sinks.completion import key_value_bytes
 from airflow_kafka_backpressure.spark.bounds import check_bounds, range_problems
 from airflow_kafka_backpressure.spark.decoding import decode_batch
 from airflow_kafka_backpressure.spark.errors import JobError
@@ -169,7 +170,7 @@ def count_unread(
     sub = JobSpec.from_dict(
         {**spec.to_dict(), "plan": {**spec.plan.to_dict(), "ranges": [r.to_dict() for r in unread]}}
     )
-    size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+    size = key_value_bytes()
     rows = (
         read_ranges(spark, sub, reader)
         .groupBy("topic", "partition")

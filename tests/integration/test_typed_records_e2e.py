@@ -26,7 +26,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from . import airflow_harness as af
-from .test_record_decoders import V1, V2, V3
+from .test_record_decoders import V1, V2, V3, _registry_conn
 
 
 @pytest.fixture(scope="module")
@@ -35,18 +35,7 @@ def airflow_db():
 
 
 def _registry_connection(monkeypatch, registry) -> str:
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_SR_E2E",
-        json.dumps(
-            {
-                "conn_type": "schema_registry",
-                "host": registry.url,
-                "login": registry.auth[0],
-                "password": registry.auth[1],
-            }
-        ),
-    )
-    return "sr_e2e"
+    return _registry_conn(monkeypatch, registry).schema_registry_conn_id
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
