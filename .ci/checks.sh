@@ -42,6 +42,8 @@ fixtures() {
     return "$rc"
 }
 step "fixtures" fixtures
+# each Spark minor's constraints file is constraints.txt with that minor's pyspark (scripts/spark_constraints.py)
+step "spark constraints" .venv/bin/python scripts/spark_constraints.py --check
 # the docs build, once scripts/docs.sh exists
 if [[ -f scripts/docs.sh ]]; then
     step "docs" bash scripts/docs.sh

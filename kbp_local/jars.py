@@ -46,10 +46,10 @@ KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.25.2"
 SLF4J_VERSION = "2.0.17"
 SCALA_BINARY = "2.13"
-#: Delta Lake release of the Delta sink (``KBP_DELTA_VERSION`` overrides it): 4.4.0 is built against
-#: Spark 4.2.0 (its POM's spark-sql), the pyspark this project pins; 4.0.x is for Spark 4.0 and
-#: 4.1-4.3 for Spark 4.1. PyPI's delta-spark 4.4.1 has no jar on Maven Central.
-DELTA_VERSION = "4.4.0"
+#: Delta Lake release of the Delta sink per Spark minor (``KBP_DELTA_VERSION`` overrides it), each
+#: built against that Spark (its POM's spark-sql): 4.4.0 against Spark 4.2.0, 4.3.1 against 4.1, 4.0.0
+#: against 4.0. PyPI's delta-spark 4.4.1 has no jar on Maven Central.
+DELTA_VERSIONS = {"4.0": "4.0.0", "4.1": "4.3.1", "4.2": "4.4.0"}
 FETCH_TIMEOUT_S = 900
 
 _JAR_VERSION = re.compile(r"-\d[\w.\-]*\.jar$")
@@ -309,8 +309,22 @@ def spark_s3a_conf(server: Any, *, jars: str | None = "spark.jars") -> dict[str,
     return {**conf, **jars_conf(hadoop_aws_jars, jars)}
 
 
-def delta_version() -> str:
-    return os.environ.get("KBP_DELTA_VERSION") or DELTA_VERSION
+def delta_version(spark_version: str | None = None) -> str:
+    """The Delta Lake release for ``spark_version`` (default: the installed pyspark's), from
+    :data:`DELTA_VERSIONS`; ``KBP_DELTA_VERSION`` overrides it."""
+    if os.environ.get("KBP_DELTA_VERSION"):
+        return os.environ["KBP_DELTA_VERSION"]
+    if spark_version is None:
+        import pyspark
+
+        spark_version = pyspark.__version__
+    minor = ".".join(spark_version.split(".")[:2])
+    if minor not in DELTA_VERSIONS:
+        raise JarsError(
+            f"no Delta Lake release is known here for Spark {spark_version} (known: "
+            f"{', '.join(sorted(DELTA_VERSIONS))}); set KBP_DELTA_VERSION to a delta-spark built against it"
+        )
+    return DELTA_VERSIONS[minor]
 
 
 def delta_coordinates(version: str | None = None) -> str:

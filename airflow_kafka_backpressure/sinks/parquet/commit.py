@@ -116,14 +116,25 @@ def read_records_dir(sink: str, batch_id: int, token: str) -> str:
     return staging_uri(sink, batch_id, token) + "/" + READ_DIR
 
 
+def _arrow_schema(schema: StructType) -> Any:
+    """``schema`` as Arrow's, timestamps in UTC. pyspark's converter takes ``timezone="UTC"`` from
+    Spark 4.2 and ``timestamp_utc=True`` in 4.0 and 4.1."""
+    import inspect
+
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema, timestamp_utc=True)  # type: ignore[call-arg, unused-ignore]
+
+
 def _write_empty_file(staging: Location, schema: StructType, compression: str) -> dict[str, Any]:
     import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import to_arrow_schema
 
     name = f"part-00000-empty.{compression}.parquet"
     target = staging.child(name)
     pq.write_table(
-        to_arrow_schema(schema, timezone="UTC").empty_table(),
+        _arrow_schema(schema).empty_table(),
         target.path,
         filesystem=target.fs,
         compression=compression,

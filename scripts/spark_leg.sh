@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One focused leg of the version matrix (issue 43): the tests that touch what changes between Spark
+# releases, run on another Spark minor than the default one.
+#
+#   bash scripts/spark_leg.sh 4.1      # pyspark 4.1.1: Spark's Kafka connector, spark-avro and Delta 4.3.1 at it
+#   bash scripts/spark_leg.sh 4.0      # pyspark 4.0.0, Delta 4.0.0
+#
+# The leg's environment is .venv with pyspark and pyspark-client of that minor's release
+# (scripts/spark_constraints.py: the release constraints/spark-<minor>.txt pins) installed into
+# .tmp/spark-<minor> and put first on PYTHONPATH, which every process the tests start inherits
+# (Airflow's tasks, spark-submit, the Connect server: SPARK_HOME is that pyspark). Every other
+# package is what constraints/spark-<minor>.txt pins too: the files differ only in those two lines.
+# The jars (Kafka connector, spark-avro, Delta) follow the pyspark found (kbp_local/jars.py).
+#
+# What the leg covers (docs/versions.md): the Delta sink's protocol; the batch job with both readers
+# (native and python), exactly once; Delta through the pipeline; the pipeline end to end on both engines (spark-submit and a
+# Connect server of that release), a failed batch and its replay; the record decoders (from_avro,
+# from_json) in the job and through the Connect server; the monitoring page's API.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+minor="${1:?usage: scripts/spark_leg.sh <spark minor: 4.0 | 4.1 | 4.2> [pytest args]}"
+shift
+release="$(.venv/bin/python -c "import sys; sys.path.insert(0, 'scripts'); from spark_constraints import SPARK_RELEASES as r; print(r.get('$minor', ''))")"
+[[ -n "$release" ]] || { echo "spark_leg: no tested release of Spark $minor (scripts/spark_constraints.py)" >&2; exit 2; }
+overlay="$ROOT/.tmp/spark-$minor"
+if [[ "$(cat "$overlay/.release" 2>/dev/null)" != "$release" ]]; then
+    echo "spark_leg: installing pyspark and pyspark-client $release into $overlay" >&2
+    rm -rf "$overlay"
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps --target "$overlay" \
+        "pyspark==$release" "pyspark-client==$release" >&2
+    echo "$release" > "$overlay/.release"
+fi
+export PYTHONPATH="$overlay${PYTHONPATH:+:$PYTHONPATH}"
+got="$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')"
+[[ "$got" == "$release" ]] || { echo "spark_leg: pyspark $got on the path, not $release" >&2; exit 1; }
+echo "spark_leg: Spark $release" >&2
+.venv/bin/python -c 'from kbp_local import jars; jars.spark_kafka_jars(); jars.delta_jars(); jars.spark_avro_conf()' >&2
+# the Delta modules first: they start their own JVM (with Delta's jars) before any module's session
+exec .venv/bin/python -m pytest -q --durations=15 -p no:cacheprovider \
+    tests/integration/test_delta_sink.py \
+    tests/integration/test_delta_pipeline.py \
+    tests/integration/test_spark_job.py \
+    tests/integration/test_pipeline_e2e.py \
+    tests/integration/test_record_decoders.py \
+    tests/integration/test_ui_plugin.py \
+    "$@"
