@@ -19,6 +19,7 @@ issue #7: per-batch ≤ 0.25×, throughput ≥ 1.0×.
 
     .venv/bin/python bench/batch_overhead.py               # ~4-6 minutes on 2 cores
     .venv/bin/python bench/batch_overhead.py --repeat 5 --big 200000
+    .venv/bin/python bench/batch_overhead.py --profile     # and where the last small batches' time went
 """
 
 from __future__ import annotations
@@ -57,15 +58,48 @@ def one_batch(args: argparse.Namespace) -> None:
         batch_timeout_s=1800,
     )
     hook = SparkBatchHook(pipeline)
+    profile_to = os.environ.get("KBP_BENCH_PROFILE")
+    if profile_to:  # --profile: where the batch's time goes, in this process (the server's is apart)
+        import cProfile
+        import threading
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        thread_profilers: list[cProfile.Profile] = []
+
+        def profile_thread(*_: object) -> None:  # the engine runs the batch in a thread of its own
+            thread_profilers.append(cProfile.Profile())
+            thread_profilers[-1].enable()
+
+        threading.setprofile(profile_thread)
     t0 = time.monotonic()
     metrics = hook.run(plan, 1, {"bootstrap.servers": args.bootstrap})
     wall = time.monotonic() - t0
+    if profile_to:
+        import pstats
+
+        profiler.disable()
+        threading.setprofile(None)  # type: ignore[arg-type]
+        stats = pstats.Stats(profiler)
+        for p in thread_profilers:
+            p.disable()
+            stats.add(p)
+        stats.dump_stats(profile_to)
     if metrics.records != plan.records:
         raise SystemExit(f"batch {args.batch_id}: {metrics.records} records, expected {plan.records}")
     print(
         "KBP_BENCH "
         + json.dumps({"wall_s": wall, "records": metrics.records, "processing_ms": metrics.processing_ms})
     )
+
+
+def print_profile(path: Path, top: int = 30) -> None:
+    """The ``top`` calls of one batch's process by cumulative time (cProfile; wall time, so waits
+    on the server count where they happen)."""
+    import pstats
+
+    print(f"\nwhere one {path.stem} batch's time goes in its task process (cProfile, cumulative):")
+    pstats.Stats(str(path)).strip_dirs().sort_stats("cumulative").print_stats(top)
 
 
 def run_child(env: dict[str, str], *argv: str) -> dict:
@@ -98,6 +132,11 @@ def main() -> None:
     ap.add_argument("--big", type=int, default=100_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile the last small batch of each engine (cProfile) and print it",
+    )
     ap.add_argument("--engine")
     ap.add_argument("--topic")
     ap.add_argument("--per-partition", type=int)
@@ -159,9 +198,9 @@ def main() -> None:
             print(f"broker, Connect server, {args.small} + {args.big} records ready", flush=True)
             batch_ids = iter(range(1, 10_000))
 
-            def batch(engine: str, topic: str, count: int) -> dict:
+            def batch(engine: str, topic: str, count: int, profile: Path | None = None) -> dict:
                 return run_child(
-                    env,
+                    {**env, "KBP_BENCH_PROFILE": str(profile)} if profile else env,
                     "--engine",
                     engine,
                     "--topic",
@@ -181,9 +220,12 @@ def main() -> None:
             warm = batch("connect", "small", args.small)  # the server's first batch: workers, registration
             print(f"  connect warm-up batch                {warm['wall_s']:6.2f} s", flush=True)
             small["bare spark-submit"] = []
-            for _ in range(args.repeat):  # interleaved: every line meets the same background load
+            for i in range(args.repeat):  # interleaved: every line meets the same background load
                 for engine in ("submit", "connect"):
-                    r = batch(engine, "small", args.small)
+                    profile = work / f"{engine}.prof" if args.profile and i == args.repeat - 1 else None
+                    r = batch(engine, "small", args.small, profile)
+                    if profile:
+                        shutil.copy(profile, tmp_root / profile.name)
                     small.setdefault(engine, []).append(r["wall_s"])
                     print(f"  {engine:8s} {args.small:>7} records      {r['wall_s']:6.2f} s", flush=True)
                 t = bare_spark_submit(env, work)
@@ -208,6 +250,9 @@ def main() -> None:
         print(f"  {k:20s} {med[k]:>16.2f} {thr}")
     print(f"  connect/submit per batch   {med['connect'] / med['submit']:.2f}x   (goal <= 0.25x)")
     print(f"  connect/submit throughput  {rate['connect'] / rate['submit']:.2f}x   (goal >= 1.0x)")
+    if args.profile:
+        for engine in ("connect", "submit"):
+            print_profile(tmp_root / f"{engine}.prof")
 
 
 if __name__ == "__main__":
