@@ -222,10 +222,8 @@ def main() -> None:
             small["bare spark-submit"] = []
             for i in range(args.repeat):  # interleaved: every line meets the same background load
                 for engine in ("submit", "connect"):
-                    profile = work / f"{engine}.prof" if args.profile and i == args.repeat - 1 else None
+                    profile = tmp_root / f"{engine}.prof" if args.profile and i == args.repeat - 1 else None
                     r = batch(engine, "small", args.small, profile)
-                    if profile:
-                        shutil.copy(profile, tmp_root / profile.name)
                     small.setdefault(engine, []).append(r["wall_s"])
                     print(f"  {engine:8s} {args.small:>7} records      {r['wall_s']:6.2f} s", flush=True)
                 t = bare_spark_submit(env, work)

@@ -50,6 +50,12 @@ SCALA_BINARY = "2.13"
 #: built against that Spark (its POM's spark-sql): 4.4.0 against Spark 4.2.0, 4.3.1 against 4.1, 4.0.0
 #: against 4.0. PyPI's delta-spark 4.4.1 has no jar on Maven Central.
 DELTA_VERSIONS = {"4.0": "4.0.0", "4.1": "4.3.1", "4.2": "4.4.0"}
+#: The release of pyspark (and pyspark-client) tested for each supported Spark minor (the keys of
+#: :data:`DELTA_VERSIONS` too): the newest whose Kafka connector (with its token provider),
+#: spark-avro and pyspark-client are all served by the Maven Central mirror and PyPI that CI reaches
+#: (the mirror has spark-token-provider-kafka 4.0.0, not 4.0.1 or 4.0.2; docs/versions.md). Pinned
+#: by constraints/spark-<minor>.txt (scripts/spark_constraints.py), run by scripts/spark_leg.sh.
+SPARK_RELEASES = {"4.0": "4.0.0", "4.1": "4.1.1", "4.2": "4.2.0"}
 FETCH_TIMEOUT_S = 900
 
 _JAR_VERSION = re.compile(r"-\d[\w.\-]*\.jar$")

@@ -1,6 +1,7 @@
-"""The constraints file of each supported Spark minor, from ``constraints.txt`` (the default
-combination): the same pins with pyspark and pyspark-client at that minor's tested release (both
-write into ``pyspark/``, so they must be the same release). ``constraints/spark-<minor>.txt``.
+"""The constraints file of each supported Spark minor, ``constraints/spark-<minor>.txt``, from
+``constraints.txt`` (the default combination): the same pins with pyspark and pyspark-client at
+that minor's tested release (``kbp_local.jars.SPARK_RELEASES``; both write into ``pyspark/``, so
+they must be the same release).
 
     .venv/bin/python scripts/spark_constraints.py           # (re)write them
     .venv/bin/python scripts/spark_constraints.py --check   # fail when one is out of date (.ci/checks.sh)
@@ -13,11 +14,9 @@ import re
 import sys
 from pathlib import Path
 
+from kbp_local.jars import SPARK_RELEASES
+
 ROOT = Path(__file__).resolve().parents[1]
-#: the release of pyspark (and pyspark-client) each constraints file pins: for each Spark minor, the
-#: newest whose Kafka connector (with its token provider), spark-avro and pyspark-client are all served
-#: by the Maven Central mirror CI reaches (it has spark-token-provider-kafka 4.0.0, not 4.0.1 or 4.0.2: docs/versions.md)
-SPARK_RELEASES = {"4.0": "4.0.0", "4.1": "4.1.1", "4.2": "4.2.0"}
 _PINNED = re.compile(r"^(pyspark|pyspark-client)==\S+$", re.MULTILINE)
 
 

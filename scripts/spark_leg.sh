@@ -6,7 +6,7 @@
 #   bash scripts/spark_leg.sh 4.0      # pyspark 4.0.0, Delta 4.0.0
 #
 # The leg's environment is .venv with pyspark and pyspark-client of that minor's release
-# (scripts/spark_constraints.py: the release constraints/spark-<minor>.txt pins) installed into
+# (kbp_local.jars.SPARK_RELEASES: the release constraints/spark-<minor>.txt pins) installed into
 # .tmp/spark-<minor> and put first on PYTHONPATH, which every process the tests start inherits
 # (Airflow's tasks, spark-submit, the Connect server: SPARK_HOME is that pyspark). Every other
 # package is what constraints/spark-<minor>.txt pins too: the files differ only in those two lines.
@@ -21,8 +21,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 minor="${1:?usage: scripts/spark_leg.sh <spark minor: 4.0 | 4.1 | 4.2> [pytest args]}"
 shift
-release="$(.venv/bin/python -c "import sys; sys.path.insert(0, 'scripts'); from spark_constraints import SPARK_RELEASES as r; print(r.get('$minor', ''))")"
-[[ -n "$release" ]] || { echo "spark_leg: no tested release of Spark $minor (scripts/spark_constraints.py)" >&2; exit 2; }
+release="$(.venv/bin/python -c "from kbp_local.jars import SPARK_RELEASES as r; print(r.get('$minor', ''))")"
+[[ -n "$release" ]] || { echo "spark_leg: no tested release of Spark $minor (kbp_local.jars.SPARK_RELEASES)" >&2; exit 2; }
 overlay="$ROOT/.tmp/spark-$minor"
 if [[ "$(cat "$overlay/.release" 2>/dev/null)" != "$release" ]]; then
     echo "spark_leg: installing pyspark and pyspark-client $release into $overlay" >&2
