@@ -297,6 +297,12 @@ class BatchMetrics:
     def processing_ms(self) -> int:
         return self.committed_at_ms - self.launched_at_ms
 
+    @property
+    def startup_ms(self) -> int:
+        """Launch to the read's start (client and session start, adoption and bounds checks): the
+        part of ``processing_ms`` every batch pays whatever its size."""
+        return min(max(self.read_started_at_ms - self.launched_at_ms, 0), max(self.processing_ms, 0))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "batch_id": self.batch_id,

@@ -155,6 +155,7 @@ class PipelineController:
         left_behind: int | None = None,
         budget: float | None = None,
         batch_interval_s: float | None = None,
+        startup_ms: int | None = None,
     ) -> Feedback:
         """Feed one finished batch to every mode; the active one is told it planned it (the cost
         mode's correction learns only from its own budgets, and is reset otherwise, so a switch to it
@@ -169,6 +170,7 @@ class PipelineController:
             left_behind,
             budget,
             batch_interval_s,
+            startup_ms,
         )
         params = params or CostParams()
         if window_batches is not None and window_batches != params.window_batches:

@@ -36,6 +36,8 @@ from typing import Any
 DISTINCT_SIZE = 0.2
 #: A fitted slope counts when the size differences explain this many noise spreads of time.
 IDENTIFY = 3.0
+#: The fallback's per-record cost is measured on the batches at least this share of the largest.
+NEAR_LARGEST = 0.5
 #: Batches needed before the residuals of a line say how noisy the times are.
 MIN_POINTS_FOR_NOISE = 6
 #: Robust spread: 1.4826 * MAD estimates the standard deviation of normal residuals.
@@ -48,12 +50,17 @@ class CostModelError(ValueError):
 
 @dataclass(frozen=True)
 class CostObservation:
-    """One finished batch as the model sees it."""
+    """One finished batch as the model sees it.
+
+    ``startup_ms`` is the part of ``processing_ms`` measured before the batch read its first record
+    (session or JVM start, the bounds check): fixed cost by construction, whatever the batch's size.
+    0: not measured (the whole time is for the fit to split)."""
 
     batch_id: int
     records: int
     processing_ms: int
     executors: int = 1
+    startup_ms: int = 0
 
     @property
     def processing_s(self) -> float:
@@ -64,14 +71,24 @@ class CostObservation:
         """Records per executor: what the per-record cost multiplies."""
         return self.records / max(self.executors, 1)
 
+    def net(self) -> CostObservation:
+        """The batch without its measured start-up: what the fit splits into fixed and per-record
+        cost (at least 1 ms, so a batch whose clock put all of it in the start-up still counts)."""
+        if self.startup_ms <= 0:
+            return self
+        return replace(self, processing_ms=max(self.processing_ms - self.startup_ms, 1), startup_ms=0)
+
     def to_list(self) -> list[int]:
-        return [self.batch_id, self.records, self.processing_ms, self.executors]
+        return [self.batch_id, self.records, self.processing_ms, self.executors, self.startup_ms]
 
     @classmethod
     def from_list(cls, row: Sequence[Any], where: str = "observation") -> CostObservation:
-        names = ("batch_id", "records", "processing_ms", "executors")
-        if not isinstance(row, (list, tuple)) or len(row) != len(names):
-            raise CostModelError(f"{where}: expected [{', '.join(names)}], got {row!r}")
+        """A stored observation; one stored before ``startup_ms`` existed (four numbers) has none."""
+        names = ("batch_id", "records", "processing_ms", "executors", "startup_ms")
+        if not isinstance(row, (list, tuple)) or len(row) not in (len(names) - 1, len(names)):
+            raise CostModelError(
+                f"{where}: expected [{', '.join(names[:-1])}] and optionally {names[-1]}, got {row!r}"
+            )
         values = []
         for name, v in zip(names, row):
             if (
@@ -225,7 +242,11 @@ def fit_cost(
     # over the median size paired two different batches' numbers, and such a batch, the smallest
     # and slowest, moved both medians towards a higher cost (2026-11-29: 11.2 ms/record where every
     # warm batch measured 9.4-10.3, so the cost mode settled at 0.50 of the interval, not 0.6)
-    per_record = statistics.median(max(y - fixed, 0.0) / x for x, y in points)
+    # … over the batches near the largest (at least NEAR_LARGEST of it): where batches grew (a cold
+    # start reading more each batch), a small batch's fixed cost per record is far above what the
+    # largest measured, and the largest's own figure is already an upper bound on the cost
+    near = [(x, y) for x, y in points if x >= NEAR_LARGEST * max(xs)]
+    per_record = statistics.median(max(y - fixed, 0.0) / x for x, y in near)
     fallback, fallback_spread = made(
         fixed,
         per_record,

@@ -115,6 +115,8 @@ EXTRAPOLATION = 4.0
 #: A fit on the known fixed cost measures the per-record cost when the per-record work is at least
 #: this share of a typical batch's time (the last identified per-record cost then follows it).
 IDENTIFIED_SHARE = 0.5
+#: The start-up the next batch pays: the median of this many last batches' measured start-ups.
+STARTUP_BATCHES = 3
 #: Arrival rate: the median of the rates between the last plans (robust to one burst).
 ARRIVAL_WINDOW_PLANS = 5
 
@@ -447,21 +449,38 @@ class CostModel:
 
     def fit(self) -> CostFit | None:
         """The model over the window; its ``noise`` is the spread of the recent one-batch-ahead
-        prediction errors (kept across level shifts), which is what a batch's headroom is for."""
+        prediction errors (kept across level shifts), which is what a batch's headroom is for.
+
+        The fit splits each batch's time after its measured start-up (:meth:`CostObservation.net`)
+        and adds the start-up the next batch is expected to pay (:meth:`startup_s`) to the fixed
+        cost: a start-up slowed by a cold or contended machine is never taken for slow records."""
+        fit = self._net_fit()
+        startup = self.startup_s()
+        return fit if fit is None or startup <= 0 else replace(fit, fixed_s=fit.fixed_s + startup)
+
+    def _net_fit(self) -> CostFit | None:
         hint = robust_spread(self.errors) if len(self.errors) >= MIN_POINTS_FOR_NOISE else None
-        return fit_cost(self.observations, self.fixed_prior_s, hint, self.fixed_prior_se_s)
+        return fit_cost([o.net() for o in self.observations], self.fixed_prior_s, hint, self.fixed_prior_se_s)
+
+    def startup_s(self) -> float:
+        """The start-up the next batch is expected to pay: the median of the last
+        ``STARTUP_BATCHES`` batches' (a cold start's long ones stop counting within two batches)."""
+        recent = [o.startup_ms for o in self.observations if o.records > 0][-STARTUP_BATCHES:]
+        return statistics.median(recent) / 1000 if recent else 0.0
 
     def per_record_floor_s(self) -> float | None:
         """The per-record cost a batch far beyond the sizes measured is planned with, at least: the
         last identified one, but never above the smallest time per record measured in the window
-        (the fixed cost counted as per-record work: the most the batches measured now allow); without
-        one, that bound itself. None: no batch.
+        after the start-up (the rest of the fixed cost counted as per-record work: the most the
+        batches measured now allow); without one, that bound itself. None: no batch.
 
         A fit on batches too small for the per-record cost to show (a trickle: the fixed cost is
         all of their time) can put it near zero, and then any size would seem to fit the interval;
         with this floor, growth beyond the sizes seen is still bounded by a predicted time."""
         ratios = [
-            o.processing_s / o.work_units for o in self.observations if o.records > 0 and o.processing_ms > 0
+            n.processing_s / n.work_units
+            for n in (o.net() for o in self.observations)
+            if n.records > 0 and n.processing_ms > 0
         ]
         upper = min(ratios) if ratios else None  # what the batches measured now allow at most
         if self.per_record_prior_s is None or upper is None:
@@ -477,10 +496,10 @@ class CostModel:
         if obs.records <= 0 or obs.processing_ms <= 0:
             return None
         self.observations = [o for o in self.observations if o.batch_id != obs.batch_id]
-        fit = self.fit()
+        fit, net = self._net_fit(), obs.net()  # a shift is in the work after the start-up
         if fit is not None and self._can_tell_shift(fit, obs):
             predicted = fit.predict_s(obs.records, obs.executors)
-            off = obs.processing_s / predicted - 1 if predicted > 0 else math.inf
+            off = net.processing_s / predicted - 1 if predicted > 0 else math.inf
             noise_known = len(self.errors) >= MIN_POINTS_FOR_NOISE
             band = max(MIN_SHIFT, SHIFT_SIGMAS * fit.noise) if noise_known else UNKNOWN_NOISE_SHIFT
             if math.isfinite(off):
@@ -488,19 +507,24 @@ class CostModel:
             if abs(off) > band:
                 if fit.method != "proportional":  # the proportional guess knows no fixed cost
                     self.fixed_prior_s, self.fixed_prior_se_s = fit.fixed_s, fit.fixed_se_s
+                if self.fixed_prior_s is not None and net.processing_s < self.fixed_prior_s:
+                    # faster than the fixed cost alone: the fixed cost fell too (a cold start ended),
+                    # and taking it as known would leave no per-record cost at all
+                    self.fixed_prior_s, self.fixed_prior_se_s = None, None
                 self.observations = [obs]
-                anchored = self.fit()
+                anchored = self._net_fit()
                 if anchored is not None and anchored.method != "proportional":  # the fixed cost is known
                     self.per_record_prior_s = anchored.per_record_s
                 kept = "unknown" if self.fixed_prior_s is None else f"{self.fixed_prior_s:.1f} s kept"
                 self.last_event = (
-                    f"batch {obs.batch_id} took {obs.processing_s:.1f} s, {off:+.0%} against the model "
+                    f"batch {obs.batch_id} took {net.processing_s:.1f} s"
+                    f"{' after its start-up' if obs.startup_ms else ''}, {off:+.0%} against the model "
                     f"({predicted:.1f} s): capacity {'dropped' if off > 0 else 'came back'}; per-record "
                     f"cost re-anchored, fixed cost {kept}"
                 )
                 return self.last_event
         self.observations = (self.observations + [obs])[-window_batches:]
-        new = self.fit()
+        new = self._net_fit()
         if new is not None and new.method == "theil-sen":
             self.fixed_prior_s, self.fixed_prior_se_s = new.fixed_s, new.fixed_se_s
             self.per_record_prior_s = new.per_record_s

@@ -179,6 +179,7 @@ class RecordBatchMetricsOperator(PipelineOperator):
                 left_behind=None if plan is None else plan.lag,
                 budget=None if plan is None or not plan.rate else plan.rate * p.batch_interval_s,
                 batch_interval_s=p.batch_interval_s,
+                startup_ms=metrics.startup_ms,  # fixed cost measured, not fitted
             )
             save_controller(p, controller, settings)
 

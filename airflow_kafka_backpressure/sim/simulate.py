@@ -63,6 +63,8 @@ NOISE_KINDS = ("iid", "drift")
 #: couple of seconds, settable per scenario. The PID sees it as scheduling delay every batch.
 DEFAULT_SCHEDULER_LATENCY_S = 2.0
 _TP = TopicPartition("simulated", 0)
+#: :attr:`Figures.caught_up` looks at this many first batches.
+CATCH_UP_WINDOW = 10
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,11 @@ class CapacityProfile:
     cost, seeded: ``iid`` draws each batch uniformly in ``±noise``; ``drift`` moves by a uniform step
     of up to ``noise / 4`` per batch, reflected at ``±noise`` (a shared cluster's load drifts).
     ``fixed_noise`` draws each batch's fixed cost uniformly in ``±fixed_noise`` (JVM and container
-    start-up on a busy machine).
+    start-up on a busy machine). ``cold`` is ``(batches, factor)``: the first ``batches`` batches pay
+    ``factor`` × the fixed cost (a cold start: sessions, class loading and caches being filled, and
+    on a shared deployment every pipeline started at once contending for the same cores).
+    ``startup_share`` of the fixed cost is paid before the batch reads (session start, bounds
+    check) and reported as its start-up, as the job's metrics do (0: not reported).
     """
 
     fixed_s: float
@@ -121,6 +127,8 @@ class CapacityProfile:
     noise_kind: str = "iid"
     seed: int = 0
     fixed_noise: float = 0.0
+    cold: tuple[int, float] = (0, 1.0)
+    startup_share: float = 0.0
 
     def __post_init__(self) -> None:
         if self.fixed_s < 0 or self.per_record_s <= 0:
@@ -131,6 +139,10 @@ class CapacityProfile:
             raise ValueError(
                 f"capacity: noise and fixed_noise must be in [0, 1), got {self.noise}, {self.fixed_noise}"
             )
+        if not 0 <= self.startup_share <= 1:
+            raise ValueError(f"capacity: startup_share must be in [0, 1], got {self.startup_share}")
+        if self.cold[0] < 0 or self.cold[1] < 1:
+            raise ValueError(f"capacity: cold must be (batches >= 0, factor >= 1), got {self.cold}")
         if self.noise_kind not in NOISE_KINDS:
             raise ValueError(f"capacity: noise_kind must be one of {NOISE_KINDS}, got {self.noise_kind!r}")
         for a, b, f in self.drops:
@@ -164,13 +176,21 @@ class CapacityProfile:
                 work.append(x)
         return list(zip(work, fixed))
 
+    def fixed_at(self, batch: int, noise: float = 0.0) -> float:
+        """The fixed cost of the ``batch``-th batch (0-based) run."""
+        return self.fixed_s * (1 + noise) * (self.cold[1] if batch < self.cold[0] else 1.0)
+
     def per_record_at(self, t: float, noise: float = 0.0) -> float:
         return self.per_record_s / self.factor_at(t) * (1 + noise)
 
-    def processing_s(self, records: int, t: float, noise: tuple[float, float] = (0.0, 0.0)) -> float:
+    def processing_s(
+        self, records: int, t: float, noise: tuple[float, float] = (0.0, 0.0), batch: int | None = None
+    ) -> float:
+        """A batch's time; ``batch`` (0-based) counts it against the cold start, if any."""
         if records <= 0:
             return 0.0
-        return self.fixed_s * (1 + noise[1]) + records * self.per_record_at(t, noise[0])
+        fixed = self.fixed_at(batch, noise[1]) if batch is not None else self.fixed_s * (1 + noise[1])
+        return fixed + records * self.per_record_at(t, noise[0])
 
     def records_within(self, seconds: float, t: float, noise: tuple[float, float] = (0.0, 0.0)) -> float:
         """The most records a batch starting at ``t`` reads in ``seconds``."""
@@ -185,6 +205,8 @@ class CapacityProfile:
             "noise_kind": self.noise_kind,
             "seed": self.seed,
             "fixed_noise": self.fixed_noise,
+            "cold": list(self.cold),
+            "startup_share": self.startup_share,
         }
 
 
@@ -208,6 +230,9 @@ class Scenario:
     drain_after_change: bool = False
     overload_from_s: float | None = None
     scheduler_latency_s: float = DEFAULT_SCHEDULER_LATENCY_S
+    #: when the first run is due (None: one interval after the arrivals start); a pipeline started
+    #: on a live topic has its first run seconds after it, on the few records that arrived since
+    first_run_s: float | None = None
 
     @property
     def batches(self) -> int:
@@ -238,6 +263,7 @@ class Scenario:
             "drain_after_change": self.drain_after_change,
             "overload_from_s": self.overload_from_s,
             "scheduler_latency_s": self.scheduler_latency_s,
+            "first_run_s": self.first_run_s,
         }
 
 
@@ -313,6 +339,9 @@ class Figures:
     p95_ratio: float
     min_rate: float | None  # the lowest rate the planner got after the first estimate
     read_share: float = 1.0  # records read / records arrived by the last finished batch's plan
+    #: the first batch from which on every one of the first ``CATCH_UP_WINDOW`` batches read all that
+    #: had arrived (1: none left anything behind)
+    caught_up: int = 1
 
     @property
     def over_share(self) -> float:
@@ -352,6 +381,7 @@ class Figures:
             "p95_ratio": self.p95_ratio,
             "min_rate": self.min_rate,
             "read_share": self.read_share,
+            "caught_up": self.caught_up,
         }
 
 
@@ -438,6 +468,7 @@ def compute_figures(scenario: Scenario, rows: list[BatchRow]) -> Figures:
         else 0.0,
         min_rate=min(rates) if rates else None,
         read_share=read / could_read if could_read > 0 else 1.0,
+        caught_up=1 + max((r.batch_id for r in rows[:CATCH_UP_WINDOW] if r.lag_after > 0), default=0),
     )
 
 
@@ -452,7 +483,9 @@ def simulate(scenario: Scenario, settings: ControllerSettings) -> SimulationResu
     noise = cap.noise_series(scenario.batches + 1)
     result = SimulationResult(scenario, settings.mode, controller=controller)
 
-    head, prev_end, run_after = 0, 0.0, b  # the first run is due one interval after the start
+    # the first run is due one interval after the arrivals start, unless the scenario says when
+    head, prev_end = 0, 0.0
+    run_after = b if scenario.first_run_s is None else scenario.first_run_s
     history: list[tuple[int, int]] = []
     previous_budget: int | None = None
     draining = False
@@ -476,7 +509,8 @@ def simulate(scenario: Scenario, settings: ControllerSettings) -> SimulationResu
             latest_rate=decision.rate if settings.backpressure_enabled else None,
         )
         records = allocation.records
-        processing = cap.processing_s(records, start, noise[k])
+        processing = cap.processing_s(records, start, noise[k], batch=k)
+        startup = cap.startup_share * cap.fixed_at(k, noise[k][1]) if records > 0 else 0.0
         end = start + processing
         feedback = controller.on_batch_completed(
             batch_id=k + 1,
@@ -492,6 +526,7 @@ def simulate(scenario: Scenario, settings: ControllerSettings) -> SimulationResu
             if decision.budget is None or decision.budget.records is None
             else float(decision.budget.records),
             batch_interval_s=b,
+            startup_ms=int(round(startup * 1000)),
         )
         result.events.extend(controller.events(feedback))
         result.rows.append(

@@ -407,3 +407,39 @@ def test_a_proportional_guess_re_anchored_on_a_shift_does_not_freeze_the_batch_s
     assert m.per_record_prior_s is None  # the fixed cost was never known: nothing identified
     assert m.per_record_floor_s() == pytest.approx(15.379 / 1376)
     assert sizes[2:] == sorted(sizes[2:]) and sizes[-1] > 2_000  # they grow towards 24 s of work
+
+
+def test_a_measured_start_up_is_fixed_cost_not_slow_records():
+    # a contended cold start: 100 records in 19.4 s, 12 s of it before the read. Without the start-up
+    # the whole time is per-record cost (0.19 s each); with it, only the 7.4 s after
+    cold = CostModel()
+    cold.observe(CostObservation(1, 100, 19_400, 1, 12_000))
+    fit = cold.fit()
+    assert fit.fixed_s == pytest.approx(12.0) and fit.per_record_s == pytest.approx(7.4 / 100)
+    blind = CostModel()
+    blind.observe(CostObservation(1, 100, 19_400, 1))
+    assert blind.fit().per_record_s == pytest.approx(0.194)
+    assert (
+        budget(fit, lag=1200, arrivals_per_s=20.0).records
+        > 2 * budget(blind.fit(), lag=1200, arrivals_per_s=20.0).records
+    )
+    # the start-up expected next is the median of the last three: a cold one stops counting soon
+    for i, startup in enumerate((12_000, 1_500, 1_600), start=2):
+        cold.observe(CostObservation(i, 600 * i, startup + 1_000, 1, startup))
+    assert cold.startup_s() == pytest.approx(1.6)
+
+
+def test_a_batch_faster_than_the_kept_fixed_cost_forgets_it():
+    m = learned()  # 15 s fixed cost, identified by a line
+    event = feed(m, [(60_000, 5.0)], start_id=7)[0]  # the fixed cost fell (a cold start ended)
+    assert event and "came back" in event and "fixed cost unknown" in event
+    assert m.fixed_prior_s is None
+    fit = m.fit()
+    assert fit.method == "proportional" and fit.per_record_s == pytest.approx(5.0 / 60_000)
+
+
+def test_a_pipeline_started_on_a_live_topic_keeps_up_from_its_third_batch():
+    sc = scenarios.cold_live()
+    for seed in range(1, 6):
+        figures = simulate(sc.with_seed(seed), parse_settings({"mode": "cost"})).figures()
+        assert figures.caught_up <= scenarios.MAX_CAUGHT_UP_BATCH, seed

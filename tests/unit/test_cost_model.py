@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 
@@ -145,3 +146,22 @@ def test_observation_round_trip():
     o = CostObservation(7, 1200, 34_000, 2)
     assert CostObservation.from_list(o.to_list()) == o
     assert o.work_units == 600 and o.processing_s == 34.0
+
+
+def test_observations_stored_before_the_start_up_was_measured_still_load():
+    assert CostObservation.from_list([3, 100, 2500, 1]) == CostObservation(3, 100, 2500, 1, 0)
+    o = CostObservation(3, 100, 2500, 1, 1700)
+    assert CostObservation.from_list(o.to_list()) == o
+    assert o.net() == CostObservation(3, 100, 800, 1, 0)
+    assert CostObservation(3, 100, 500, 1, 900).net().processing_ms == 1  # a clock that put it all there
+
+
+def test_the_fallback_measures_the_per_record_cost_near_the_largest_batch():
+    # a cold start reading more each batch: each small batch's fixed cost per record is far above
+    # what the largest one shows, and the largest one's own figure already bounds the cost
+    fit = fit_cost([obs(100, 7.4), obs(616, 6.9)])
+    assert fit.method == "proportional"
+    assert fit.per_record_s == pytest.approx(6.9 / 616)
+    # batches of about one size: the median of them all, as before (robust to one of them)
+    steady = fit_cost([obs(1000, 20.0), obs(900, 30.0), obs(1100, 21.0)], prior_fixed_s=10.0)
+    assert steady.per_record_s == pytest.approx(statistics.median([0.01, 20 / 900, 11 / 1100]))

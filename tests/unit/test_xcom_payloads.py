@@ -90,3 +90,11 @@ def test_the_record_task_takes_metrics_given_directly_but_no_template_string():
     assert _record(metrics=METRICS.to_xcom())._metrics({}) == METRICS
     with pytest.raises(TypeError, match="not a string"):
         _record(metrics="{{ ti.xcom_pull(task_ids='ingest') }}")
+
+
+def test_the_start_up_is_launch_to_the_read_within_the_processing_time():
+    from dataclasses import replace
+
+    assert (METRICS.processing_ms, METRICS.startup_ms) == (4_000, 1_000)
+    assert replace(METRICS, read_started_at_ms=500).startup_ms == 0  # clocks of two hosts: never negative
+    assert replace(METRICS, read_started_at_ms=9_000).startup_ms == 4_000  # never beyond the whole

@@ -30,7 +30,8 @@ class FinishedBatch:
     """One finished batch as the record task sees it (Spark's names).
 
     ``left_behind`` (records between the batch's end and the latest offsets when it was planned)
-    and ``budget`` (the records the plan allowed) feed the cost mode's correction."""
+    and ``budget`` (the records the plan allowed) feed the cost mode's correction; ``startup_ms``
+    (launch to the first record read) is fixed cost the cost mode need not fit."""
 
     batch_id: int
     time_ms: int
@@ -41,6 +42,7 @@ class FinishedBatch:
     left_behind: int | None = None
     budget: float | None = None
     batch_interval_s: float | None = None
+    startup_ms: int | None = None  # of processing_ms, before the first record was read
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,11 @@ class CostMode(ControlMode):
 
     def observe(self, batch: FinishedBatch, params: CostParams, *, active: bool) -> str | None:
         obs = CostObservation(
-            int(batch.batch_id), int(batch.records), int(batch.processing_ms), int(batch.executors)
+            int(batch.batch_id),
+            int(batch.records),
+            int(batch.processing_ms),
+            int(batch.executors),
+            min(max(int(batch.startup_ms or 0), 0), int(batch.processing_ms)),
         )
         event = self.model.observe(obs, params.window_batches if params else DEFAULT_WINDOW_BATCHES)
         if not active:  # another mode planned the batch: its budget says nothing about this one's
