@@ -84,6 +84,18 @@ def _columns(value: Any) -> str | None:
     return "a list of column names, or null for the sink's default"
 
 
+def _optional_text(value: Any) -> str | None:
+    return None if value is None or (isinstance(value, str) and value) else "a non-empty string, or null"
+
+
+def _name(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value and value.replace("_", "a").isalnum() and not value[0].isdigit():
+        return None
+    return "letters, digits and underscores, not starting with a digit"
+
+
 class _Options:
     """What both option sets share: made from a JSON object with every key checked, and handed to
     the batch job as a flat dict."""
@@ -159,6 +171,19 @@ class SinkOptions(_Options):
         doc="columns written without dictionary encoding (the Parquet-directory sink); null: key and value",
         allowed="a list of column names or null",
         check=_columns,
+    )
+
+    iceberg_catalog_uri: str | None = _option(
+        None,
+        doc="sink_format iceberg: the SQLAlchemy URL of pyiceberg's SQL catalog (sqlite:////data/iceberg.db on one host, postgresql+psycopg2://user@host/db); no password in it: PGPASSWORD or ~/.pgpass on the workers",
+        allowed="a URL without a password, or null",
+        check=_optional_text,
+    )
+    iceberg_namespace: str | None = _option(
+        None,
+        doc="sink_format iceberg: the catalog namespace of the table (named after the sink's last path segment); null: kbp",
+        allowed="a name, or null",
+        check=_name,
     )
 
     def __post_init__(self) -> None:

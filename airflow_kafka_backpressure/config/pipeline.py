@@ -282,9 +282,14 @@ class PipelineConfig:
         problem = writer_problem(
             writer, self.transform, self.reader, feeds_arrow_writer(self.reader), decoded=bool(decoders)
         )
-        problem = problem or SINK_FORMATS[self.sink_format]().writer_problem(writer)
+        fmt = SINK_FORMATS[self.sink_format]
+        problem = problem or fmt().writer_problem(writer)
         if problem:
             raise bad("sink_options.writer", writer, problem)
+        option = fmt.options_problem(self.sink_options.job_options())
+        if option is not None:
+            key, shown, why = option
+            raise bad(f"sink_options.{key}", shown, f"{why} (sink_format {self.sink_format!r})")
         if self.executor_cores < 1:
             raise bad("executor_cores", self.executor_cores, "must be >= 1")
         if self.ledger_keep_batches is not None and self.ledger_keep_batches < 1:

@@ -170,9 +170,9 @@ class BatchRunningOperator(PipelineOperator):
                     metrics.records,
                     replay=replay,
                     # where the format puts the batch: its directory, or the table holding every batch
-                    output_path=sink_format_for(self.pipeline.sink_format).event_path(
-                        plan.sink, plan.batch_id
-                    ),
+                    output_path=sink_format_for(
+                        self.pipeline.sink_format, self.pipeline.sink_options.job_options()
+                    ).event_path(plan.sink, plan.batch_id),
                     run_id=plan.run_id,
                     sink_format=self.pipeline.sink_format,
                 )

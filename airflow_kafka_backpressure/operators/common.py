@@ -203,7 +203,9 @@ def sink_commit_lock(
     name = commit_lock_name(pipeline.sink_format, pipeline.sink, pipeline.spark_conf)
     if name is None:
         return nullcontext()
-    reason = sink_format_for(pipeline.sink_format).commit_lock_reason(pipeline.sink, pipeline.spark_conf)
+    reason = sink_format_for(pipeline.sink_format, pipeline.sink_options.job_options()).commit_lock_reason(
+        pipeline.sink, pipeline.spark_conf
+    )
     wait = sink_lock_wait_s(pipeline)
     return ledger_lock(
         ledger,

@@ -2,8 +2,9 @@
 
 One small interface (:class:`~.base.SinkFormat`) and one registry (:data:`SINK_FORMATS`,
 :func:`register`, :func:`sink_format_for`). A pipeline picks a format with ``sink_format``:
-``parquet`` (the default, :mod:`.parquet`: a directory of Parquet directories, swapped in whole) or
-``delta`` (:mod:`.delta`: a Delta Lake table, one transaction per batch; like every
+``parquet`` (the default, :mod:`.parquet`: a directory of Parquet directories, swapped in whole),
+``delta`` (:mod:`.delta`: a Delta Lake table, one transaction per batch) or ``iceberg``
+(:mod:`.iceberg`: an Iceberg table, one commit per batch through pyiceberg; like every
 :class:`~.table.TableFormat`, it implements a DataFrame's commit and the read-back of a commit, and
 gets the batch job's write and a replay's adoption from :mod:`.table`).
 
@@ -15,6 +16,9 @@ a :class:`~.base.SinkFormat` and a line here (or :func:`register`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from .base import (
     BatchSource,
@@ -28,11 +32,16 @@ from .base import (
 )
 from .commit_lock import commit_lock_name, normalized_sink_uri
 from .delta import DeltaSink
+from .iceberg import IcebergSink
 from .parquet import ParquetSink
 from .table import BatchCommit, TableFormat
 
 #: Every sink format by name, the default first; validation, dispatch and the docs read this mapping.
-SINK_FORMATS: dict[str, type[SinkFormat]] = {ParquetSink.name: ParquetSink, DeltaSink.name: DeltaSink}
+SINK_FORMATS: dict[str, type[SinkFormat]] = {
+    ParquetSink.name: ParquetSink,
+    DeltaSink.name: DeltaSink,
+    IcebergSink.name: IcebergSink,
+}
 
 
 def sink_format_names() -> tuple[str, ...]:
@@ -46,14 +55,16 @@ def register(fmt: type[SinkFormat]) -> type[SinkFormat]:
     return fmt
 
 
-def sink_format_for(name: str) -> SinkFormat:
-    """The sink format called ``name`` (one of :data:`SINK_FORMATS`)."""
+def sink_format_for(name: str, options: Mapping[str, Any] | None = None) -> SinkFormat:
+    """The sink format called ``name`` (one of :data:`SINK_FORMATS`), for the pipeline's
+    ``options`` (its ``sink_options`` as job options; see :meth:`~.base.SinkFormat.configured`)."""
     try:
-        return SINK_FORMATS[name]()
+        fmt = SINK_FORMATS[name]
     except KeyError:
         raise UnknownSinkFormat(
             f"unknown sink format {name!r}: choose one of {', '.join(sorted(SINK_FORMATS))}"
         ) from None
+    return fmt.configured(options or {})
 
 
 __all__ = [
@@ -63,6 +74,7 @@ __all__ = [
     "BatchWrite",
     "CommittedBatch",
     "DeltaSink",
+    "IcebergSink",
     "ParquetSink",
     "SetAside",
     "SinkFenced",

@@ -156,6 +156,18 @@ class SinkFormat(abc.ABC):
     stages_before_commit: ClassVar[bool] = False
 
     @classmethod
+    def configured(cls, options: Mapping[str, Any]) -> SinkFormat:
+        """The format for a pipeline's ``sink_options`` (their job options: the keys set). Default:
+        a format that takes none of them."""
+        return cls()
+
+    @classmethod
+    def options_problem(cls, options: Mapping[str, Any]) -> tuple[str, Any, str] | None:
+        """The ``sink_options`` key this format cannot work with, its value as a message may show
+        it (no secret) and why (None: none), checked when the pipelines file is read. Default: none."""
+        return None
+
+    @classmethod
     def reference(cls) -> str:
         """The format in the configuration reference: its name, what it is, where it works."""
         text = "; ".join(part for part in (cls.summary, cls.notes) if part)

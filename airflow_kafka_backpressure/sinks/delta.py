@@ -71,12 +71,19 @@ from urllib.parse import urlsplit
 from airflow_kafka_backpressure.batch.models import OffsetRange
 
 from .base import SinkFenced, SinkFormatError
-from .table import BatchCommit, TableFormat, same_batch_offsets
+from .table import (
+    BATCH_COLUMN,
+    PIPELINE_COLUMN,
+    BatchCommit,
+    TableFormat,
+    batch_metadata,
+    fenced_message,
+    marked_rows,
+    other_batch_message,
+    same_batch_offsets,
+)
 
 log = logging.getLogger(__name__)
-
-PIPELINE_COLUMN = "kbp_pipeline"
-BATCH_COLUMN = "kbp_batch_id"
 
 
 def app_id(pipeline: str, batch_id: int) -> str:
@@ -135,25 +142,6 @@ def _is_concurrent_commit(error: Exception) -> bool:
     return any(marker in text for marker in _CONCURRENT_ERRORS)
 
 
-def _ranges_text(ranges: Sequence[OffsetRange]) -> str:
-    return ", ".join(map(str, sorted(ranges))) or "none"
-
-
-def _other_batch(
-    where: str, attempt: int, commit: BatchCommit, planned: Sequence[OffsetRange], done: str
-) -> str:
-    """The refusal of a batch id that the table already holds for other offsets (``done``: what
-    happened to this attempt's rows)."""
-    return (
-        f"{where}: the table already holds this batch id with ranges {_ranges_text(commit.ranges)} (attempt "
-        f"{commit.attempt}, table version {commit.version}), but attempt {attempt} was planned with ranges "
-        f"{_ranges_text(planned)}. The batch id belongs to other offsets: the ledger was reset, restored from "
-        f"an older backup or pointed at another database, and its batch ids started again. {done} Point the "
-        "pipeline at a new table (its sink) or restore the ledger from a backup at least as new as the table, "
-        "then replay the batch; batch ids must never be reused for other offsets in one table"
-    )
-
-
 #: Delta's LogStores that make a table's commits exclusive only within one driver's memory: two
 #: drivers can write the same ``_delta_log/<version>.json`` (S3 had no conditional PUT; hadoop-aws
 #: 3.5.0 sends none), and the later one overwrites the earlier commit
@@ -184,11 +172,14 @@ def log_store_class(sink: str, spark_conf: Mapping[str, str]) -> str:
     return DEFAULT_LOG_STORES.get(scheme, "io.delta.storage.HDFSLogStore")
 
 
+def _other_batch(
+    where: str, attempt: int, commit: BatchCommit, planned: Sequence[OffsetRange], done: str
+) -> str:
+    return other_batch_message(where, attempt, commit, planned, done, f"table version {commit.version}")
+
+
 def _fenced(where: str, attempt: int, newer: BatchCommit) -> str:
-    return (
-        f"{where}: attempt {attempt} was refused, attempt {newer.attempt} has committed the batch "
-        f"(table version {newer.version}); this attempt is stale and must not be recorded"
-    )
+    return fenced_message(where, attempt, newer, f"table version {newer.version}")
 
 
 class DeltaSink(TableFormat):
@@ -252,35 +243,10 @@ class DeltaSink(TableFormat):
         details: Mapping[str, Any] | None = None,
         merge_schema: bool = False,
     ) -> BatchCommit:
-        from pyspark.sql import functions as F
-
-        if not pipeline:
-            raise ValueError("pipeline must be a non-empty string")
-        if batch_id < 0:
-            raise ValueError(f"batch {batch_id}: batch_id must be >= 0")
-        if attempt < 1:
-            raise ValueError(
-                f"batch {batch_id}: attempt must be >= 1 (the ledger's attempt number), got {attempt}"
-            )
-        for column in (PIPELINE_COLUMN, BATCH_COLUMN):
-            if column in df.columns:
-                raise SinkFormatError(
-                    f"batch {batch_id}: the batch's rows already have a column {column!r}, which the Delta sink adds"
-                )
-        metadata = {
-            "kbp": 1,
-            "pipeline": pipeline,
-            "batch_id": int(batch_id),
-            "attempt": int(attempt),
-            "ranges": [r.to_dict() for r in sorted(ranges)],
-            "expected_records": expected_records,
-            "details": dict(details or {}),
-        }
         # the batch's two columns first: a new table keeps Delta's column statistics (of its first
         # 32 columns by default) for them, which a rewrite and a look-up skip files by
-        rows = df.select(
-            F.lit(pipeline).alias(PIPELINE_COLUMN), F.lit(int(batch_id)).cast("long").alias(BATCH_COLUMN), "*"
-        )
+        rows = marked_rows(df, pipeline=pipeline, batch_id=batch_id, attempt=attempt, fmt="Delta")
+        metadata = batch_metadata(pipeline, batch_id, attempt, ranges, expected_records, details)
         where = f"Delta table {sink}, batch {batch_id} of pipeline {pipeline!r}"
         if attempt > 1:
             # a rewrite replaces the batch's rows: never those of another batch under the same id

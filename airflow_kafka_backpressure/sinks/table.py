@@ -33,6 +33,83 @@ from .base import BatchSource, BatchWrite, CommittedBatch, SetAside, SinkFormat,
 
 log = logging.getLogger(__name__)
 
+#: The two columns a table format adds to each batch's rows, first (a new table keeps column
+#: statistics for them, which a rewrite and a look-up of the batch skip files by).
+PIPELINE_COLUMN = "kbp_pipeline"
+BATCH_COLUMN = "kbp_batch_id"
+
+
+def marked_rows(df: Any, *, pipeline: str, batch_id: int, attempt: int, fmt: str) -> Any:
+    """``df`` with ``kbp_pipeline`` and ``kbp_batch_id`` first, after the checks every table
+    format's ``write_batch`` makes of its arguments (``fmt``: the format, for the messages)."""
+    from pyspark.sql import functions as F
+
+    if not pipeline:
+        raise ValueError("pipeline must be a non-empty string")
+    if batch_id < 0:
+        raise ValueError(f"batch {batch_id}: batch_id must be >= 0")
+    if attempt < 1:
+        raise ValueError(
+            f"batch {batch_id}: attempt must be >= 1 (the ledger's attempt number), got {attempt}"
+        )
+    for column in (PIPELINE_COLUMN, BATCH_COLUMN):
+        if column in df.columns:
+            raise SinkFormatError(
+                f"batch {batch_id}: the batch's rows already have a column {column!r}, which the {fmt} sink adds"
+            )
+    return df.select(
+        F.lit(pipeline).alias(PIPELINE_COLUMN), F.lit(int(batch_id)).cast("long").alias(BATCH_COLUMN), "*"
+    )
+
+
+def batch_metadata(
+    pipeline: str,
+    batch_id: int,
+    attempt: int,
+    ranges: Sequence[OffsetRange],
+    expected_records: int | None,
+    details: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """What a table format stores with a batch's commit (JSON): its identity, ranges, the rows it
+    must publish and the job's details; read back as a :class:`BatchCommit`."""
+    return {
+        "kbp": 1,
+        "pipeline": pipeline,
+        "batch_id": int(batch_id),
+        "attempt": int(attempt),
+        "ranges": [r.to_dict() for r in sorted(ranges)],
+        "expected_records": expected_records,
+        "details": dict(details or {}),
+    }
+
+
+def fenced_message(where: str, attempt: int, newer: BatchCommit, version: str) -> str:
+    """A zombie attempt's refusal: a newer attempt committed the batch (``version``: how the format
+    names its commit, e.g. ``table version 7``)."""
+    return (
+        f"{where}: attempt {attempt} was refused, attempt {newer.attempt} has committed the batch "
+        f"({version}); this attempt is stale and must not be recorded"
+    )
+
+
+def other_batch_message(
+    where: str, attempt: int, commit: BatchCommit, planned: Sequence[OffsetRange], done: str, version: str
+) -> str:
+    """The refusal of a batch id the table already holds for other offsets (``done``: what
+    happened to this attempt's rows; ``version``: the commit as the format names it)."""
+
+    def text(ranges: Sequence[OffsetRange]) -> str:
+        return ", ".join(map(str, sorted(ranges))) or "none"
+
+    return (
+        f"{where}: the table already holds this batch id with ranges {text(commit.ranges)} (attempt "
+        f"{commit.attempt}, {version}), but attempt {attempt} was planned with ranges "
+        f"{text(planned)}. The batch id belongs to other offsets: the ledger was reset, restored from "
+        f"an older backup or pointed at another database, and its batch ids started again. {done} Point the "
+        "pipeline at a new table (its sink) or restore the ledger from a backup at least as new as the table, "
+        "then replay the batch; batch ids must never be reused for other offsets in one table"
+    )
+
 
 def same_batch_offsets(committed: Sequence[OffsetRange], planned: Sequence[OffsetRange]) -> bool:
     """Whether a commit of ``committed`` ranges holds the batch planned as ``planned`` (pure): the same

@@ -289,7 +289,7 @@ def write_ranges_with_arrow(spark: Any, spec: JobSpec, staging: str, records_dir
 def sink_format(spec: JobSpec) -> SinkFormat:
     """The spec's sink format, from the registry."""
     try:
-        return sink_format_for(spec.sink_format)
+        return sink_format_for(spec.sink_format, spec.options)
     except UnknownSinkFormat as e:
         raise JobError(f"batch {spec.plan.batch_id}: {e}") from None
 

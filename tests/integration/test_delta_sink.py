@@ -20,6 +20,7 @@ from airflow_kafka_backpressure.sinks import (
     SINK_FORMATS,
     BatchCommit,
     DeltaSink,
+    IcebergSink,
     ParquetSink,
     SinkFenced,
     SinkFormatError,
@@ -107,10 +108,10 @@ def test_the_delta_jars_are_delta_spark_and_delta_storage_without_what_pyspark_s
 
 
 def test_the_registry_names_delta():
-    assert SINK_FORMATS == {"parquet": ParquetSink, "delta": DeltaSink}
+    assert SINK_FORMATS == {"parquet": ParquetSink, "delta": DeltaSink, "iceberg": IcebergSink}
     assert isinstance(sink_format_for("delta"), DeltaSink)
-    with pytest.raises(UnknownSinkFormat, match="unknown sink format 'iceberg': choose one of delta"):
-        sink_format_for("iceberg")
+    with pytest.raises(UnknownSinkFormat, match="unknown sink format 'hudi': choose one of delta, iceberg"):
+        sink_format_for("hudi")
 
 
 def test_a_batch_lands_once_and_a_retry_of_the_same_attempt_adds_nothing(delta_spark, tmp_path):

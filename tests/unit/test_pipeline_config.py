@@ -184,15 +184,30 @@ def test_object_store_sinks_compare_by_bucket_and_prefix():
         PipelineConfig.load_all(json.dumps(same))
 
 
-def test_sink_format_is_parquet_or_delta_and_delta_takes_no_arrow_writer():
+def test_sink_format_is_parquet_delta_or_iceberg_and_tables_take_no_arrow_writer():
     (p,) = load()
     assert p.sink_format == "parquet"
     (p,) = load(sink_format="delta", sink_options={"writer": "spark"})
     assert p.sink_format == "delta"
-    with pytest.raises(ValueError, match=r"sink_format.*'iceberg'.*one of parquet, delta"):
-        load(sink_format="iceberg")
+    with pytest.raises(ValueError, match=r"sink_format.*'hudi'.*one of parquet, delta, iceberg"):
+        load(sink_format="hudi")
     with pytest.raises(ValueError, match=r"writer 'arrow' writes Parquet files itself; sink_format 'delta'"):
         load(sink_format="delta", sink_options={"writer": "arrow"})
+
+
+def test_an_iceberg_sink_names_its_catalog_without_a_password():
+    uri = "sqlite:////data/iceberg.db"
+    (p,) = load(sink_format="iceberg", sink_options={"iceberg_catalog_uri": uri})
+    assert p.sink_options.job_options()["iceberg_catalog_uri"] == uri
+    with pytest.raises(
+        ValueError, match=r"sink_options.iceberg_catalog_uri = None.*SQLAlchemy URL.*'iceberg'"
+    ):
+        load(sink_format="iceberg")
+    with pytest.raises(ValueError, match=r"iceberg_catalog_uri.*holds a password.*PGPASSWORD") as e:
+        load(sink_format="iceberg", sink_options={"iceberg_catalog_uri": "postgresql://kbp:s3cret@db/lake"})
+    assert "s3cret" not in str(e.value) and "postgresql://kbp:***@db/lake" in str(e.value)
+    with pytest.raises(ValueError, match=r"iceberg_namespace = '1x'.*letters, digits"):
+        load(sink_format="iceberg", sink_options={"iceberg_catalog_uri": uri, "iceberg_namespace": "1x"})
 
 
 def test_reader_and_sink_options_are_typed_and_reach_the_job_as_one_flat_dict():

@@ -1,0 +1,379 @@
+"""Apache Iceberg sink: each batch is one Iceberg commit, idempotent by (pipeline, batch id, attempt).
+
+**Why pyiceberg, not Iceberg's Spark runtime.** Iceberg's Spark runtime is on Maven Central for
+Spark 3.5, 4.0 (1.10.0) and 4.1 (1.12.0), not for Spark 4.2, this project's default. So Spark writes
+the batch's Parquet files (any Spark version, classic or Connect) and pyiceberg commits them to the
+table in the job's driver process (``add_files``: it reads each file's footer for the column
+statistics). The commit is the catalog's compare-and-swap of the table's metadata pointer: a
+transaction whose table changed since it was read is refused, read again and checked again.
+
+How a batch is written (:meth:`IcebergSink.write_batch`):
+
+* the rows get ``kbp_pipeline`` and ``kbp_batch_id`` first (as the Delta sink's), and Spark writes
+  them as Parquet (timestamps as ``TIMESTAMP_MICROS``, Iceberg's) into
+  ``<table>/data/kbp_batch_id=<N>/<attempt>-<uuid>/``, a directory no other write uses: files of
+  an attempt that never commits are never part of the table (an orphan-file removal clears them);
+* the batch's newest commit is read back from the table's snapshots (:meth:`IcebergSink.committed`,
+  the ``kbp.batch`` summary property): committed by this attempt is a retry (nothing is written);
+  by a newer attempt is :class:`~.base.SinkFenced`; under the same batch id with other offsets (the
+  ledger's ids started again) is refused before anything is written;
+* the files' row count (their footers) must be the batch's ``expected_records``, before the commit;
+* one transaction: the batch's earlier rows deleted (every attempt after the first, or wherever the
+  table holds a commit of the batch: files of only that batch are dropped, files an compaction
+  merged are rewritten without its rows), the new files added, with ``kbp.batch`` = the batch's JSON
+  (pipeline, id, attempt, ranges, expected rows, the job's details) on the append snapshot. A
+  decoded value's newer compatible schema adds columns (``union_by_name``) in the same transaction.
+
+A replay of batch 5 after batches 6 and 7 lands (only batch 5's commits are compared); a zombie
+attempt whose check ran before a newer attempt committed loses the catalog's swap, reads again, and
+is refused.
+
+**The catalog**: pyiceberg's SQL catalog (``sink_options.iceberg_catalog_uri``: a SQLAlchemy URL,
+e.g. SQLite on one host, PostgreSQL where workers are on several), the table
+``<iceberg_namespace>.<the sink's last path segment>`` at the sink's location, created by the first
+batch with every column optional. Credentials never go into a pipelines file: a URL with a password
+is refused (PostgreSQL reads it from ``PGPASSWORD`` or ``~/.pgpass`` on the workers).
+
+Needs ``pip install airflow-provider-kafka-backpressure[iceberg]`` where the batch job's driver runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import uuid
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from airflow_kafka_backpressure.batch.models import OffsetRange
+
+from .base import SinkFenced, SinkFormatError
+from .table import (
+    BATCH_COLUMN,
+    PIPELINE_COLUMN,
+    BatchCommit,
+    TableFormat,
+    batch_metadata,
+    fenced_message,
+    marked_rows,
+    other_batch_message,
+    same_batch_offsets,
+)
+
+log = logging.getLogger(__name__)
+
+#: The snapshot summary property holding the batch's JSON.
+BATCH_PROPERTY = "kbp.batch"
+#: How many times a commit that lost the catalog's swap to another writer is read again and retried.
+COMMIT_TRIES = 5
+DEFAULT_NAMESPACE = "kbp"
+CATALOG_NAME = "kbp"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def catalog_uri_problem(uri: Any) -> str | None:
+    """Why ``uri`` cannot be the SQL catalog's URL (None: it can)."""
+    if not isinstance(uri, str) or "://" not in uri:
+        return "a SQLAlchemy URL of the catalog's database, e.g. sqlite:////data/iceberg.db or postgresql+psycopg2://kbp@db/lake"
+    if urlsplit(uri).password:
+        return (
+            "it holds a password, which would travel in the batch's spec and logs: leave it out and give it "
+            "to the workers as PGPASSWORD or in ~/.pgpass"
+        )
+    return None
+
+
+def without_password(uri: Any) -> Any:
+    """``uri`` with its password (if any) shown as ``***``."""
+    if not isinstance(uri, str):
+        return uri
+    parts = urlsplit(uri)
+    if not parts.password:
+        return uri
+    return parts._replace(netloc=parts.netloc.replace(":" + parts.password + "@", ":***@", 1)).geturl()
+
+
+def s3_properties() -> dict[str, str]:
+    """pyiceberg's S3 settings from the worker's AWS environment, as every AWS client reads it
+    (credentials stay in the environment; pyarrow's S3 client reads them there): the endpoint
+    (``AWS_ENDPOINT_URL``, an S3-compatible server) and the region (``AWS_REGION`` or
+    ``AWS_DEFAULT_REGION``; without one pyiceberg asks AWS where the bucket is)."""
+    env = os.environ
+    props = {"s3.endpoint": env.get("AWS_ENDPOINT_URL", ""), "s3.region": env.get("AWS_REGION", "")}
+    props["s3.region"] = props["s3.region"] or env.get("AWS_DEFAULT_REGION", "")
+    return {k: v for k, v in props.items() if v}
+
+
+def table_name(sink: str) -> str:
+    """The table's name in the catalog: the sink's last path segment (``/lake/orders`` -> ``orders``)."""
+    name = sink.rstrip("/").rsplit("/", 1)[-1]
+    if not _IDENTIFIER.match(name):
+        raise SinkFormatError(
+            f"Iceberg sink {sink!r}: its last path segment {name!r} names the table in the catalog and must be "
+            "letters, digits and underscores, not starting with a digit: rename the sink's folder"
+        )
+    return name
+
+
+def _batch_filter(pipeline: str, batch_id: int) -> str:
+    """pyiceberg's row filter of exactly the batch's rows (a pipeline name holds no quote: its
+    pattern is letters, digits, ``_``, ``.`` and ``-``)."""
+    if "'" in pipeline:
+        raise ValueError(f"pipeline {pipeline!r}: a pipeline name holds no quote")
+    return f"{PIPELINE_COLUMN} == '{pipeline}' AND {BATCH_COLUMN} == {int(batch_id)}"
+
+
+class IcebergSink(TableFormat):
+    name: ClassVar[str] = "iceberg"
+    summary: ClassVar[str] = "an Apache Iceberg table, one commit per batch"
+    notes: ClassVar[str] = (
+        "local disk; pyiceberg's SQL catalog (sink_options.iceberg_catalog_uri); pip install "
+        "airflow-provider-kafka-backpressure[iceberg] where the job's driver runs"
+    )
+
+    def __init__(self, catalog_uri: str | None = None, namespace: str = DEFAULT_NAMESPACE) -> None:
+        self.catalog_uri = catalog_uri
+        self.namespace = namespace
+        self._catalog: Any = None
+
+    @classmethod
+    def configured(cls, options: Mapping[str, Any]) -> IcebergSink:
+        return cls(options.get("iceberg_catalog_uri"), options.get("iceberg_namespace") or DEFAULT_NAMESPACE)
+
+    @classmethod
+    def options_problem(cls, options: Mapping[str, Any]) -> tuple[str, Any, str] | None:
+        uri = options.get("iceberg_catalog_uri")
+        problem = catalog_uri_problem(uri)
+        return None if problem is None else ("iceberg_catalog_uri", without_password(uri), problem)
+
+    # ----- the catalog -----------------------------------------------------------------------
+    def catalog(self) -> Any:
+        if self._catalog is None:
+            problem = catalog_uri_problem(self.catalog_uri)
+            if problem:
+                raise SinkFormatError(
+                    f"sink_options.iceberg_catalog_uri = {without_password(self.catalog_uri)!r}: {problem}"
+                )
+            try:
+                from pyiceberg.catalog.sql import SqlCatalog
+            except ImportError:
+                raise SinkFormatError(
+                    "the Iceberg sink needs pyiceberg where the batch job's driver runs: pip install "
+                    "'airflow-provider-kafka-backpressure[iceberg]'"
+                ) from None
+            self._catalog = SqlCatalog(CATALOG_NAME, uri=str(self.catalog_uri), **s3_properties())
+        return self._catalog
+
+    def io(self, sink: str) -> Any:
+        """pyiceberg's file IO for the table's files (the catalog's S3 properties)."""
+        from pyiceberg.io import load_file_io
+
+        return load_file_io(s3_properties(), _location(sink))
+
+    def identifier(self, sink: str) -> str:
+        return f"{self.namespace}.{table_name(sink)}"
+
+    def load(self, sink: str) -> Any:
+        """The table at ``sink``, or None before its first batch; one at another location under
+        the same name is refused."""
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        try:
+            table = self.catalog().load_table(self.identifier(sink))
+        except (NoSuchTableError, NoSuchNamespaceError):
+            return None
+        if table.location().rstrip("/") != _location(sink):
+            raise SinkFormatError(
+                f"Iceberg table {self.identifier(sink)} in the catalog is at {table.location()}, not at the sink "
+                f"{sink}: two sinks end in the same folder name; give this pipeline another "
+                "sink_options.iceberg_namespace or rename the sink's folder"
+            )
+        return table
+
+    def _create(self, sink: str, arrow_schema: Any) -> Any:
+        import pyarrow as pa
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
+        catalog = self.catalog()
+        catalog.create_namespace_if_not_exists(self.namespace)
+        optional = pa.schema([f.with_nullable(True) for f in arrow_schema])  # later batches may hold nulls
+        try:
+            return catalog.create_table(self.identifier(sink), schema=optional, location=_location(sink))
+        except TableAlreadyExistsError:  # another writer created it first
+            return self.load(sink)
+
+    # ----- the commit ------------------------------------------------------------------------
+    def write_batch(
+        self,
+        spark: Any,
+        df: Any,
+        sink: str,
+        *,
+        pipeline: str,
+        batch_id: int,
+        attempt: int,
+        ranges: Sequence[OffsetRange],
+        expected_records: int | None = None,
+        details: Mapping[str, Any] | None = None,
+        merge_schema: bool = False,
+    ) -> BatchCommit:
+        from pyiceberg.exceptions import CommitFailedException
+
+        rows = marked_rows(df, pipeline=pipeline, batch_id=batch_id, attempt=attempt, fmt="Iceberg")
+        where = f"Iceberg table {self.identifier(sink)} at {sink}, batch {batch_id} of pipeline {pipeline!r}"
+        table = self.load(sink)
+        held = None if table is None else _newest_commit(table, pipeline, batch_id)
+        done = self._settled(where, attempt, held, ranges)
+        if done is not None:
+            return done
+        files = _write_files(
+            spark,
+            rows,
+            f"{sink.rstrip('/')}/data/{BATCH_COLUMN}={int(batch_id)}/{int(attempt)}-{uuid.uuid4().hex}",
+        )
+        io = self.io(sink)
+        if table is None:
+            table = self._create(sink, _file_schema(io, files[0])) if files else None
+        if table is None:  # an empty first batch of a new table: no schema to create it with yet
+            raise SinkFormatError(
+                f"{where}: the batch has no rows and the table does not exist yet; it is created by the first "
+                "batch with rows"
+            )
+        written = _rows_in(io, files)
+        if expected_records is not None and written != expected_records:
+            raise SinkFormatError(
+                f"{where}: attempt {attempt} wrote {written} rows but the batch must publish {expected_records}; "
+                "nothing was committed"
+            )
+        metadata = batch_metadata(pipeline, batch_id, attempt, ranges, expected_records, details)
+        for _ in range(COMMIT_TRIES):
+            try:
+                with table.transaction() as tx:
+                    if merge_schema and files:
+                        with tx.update_schema() as update:
+                            update.union_by_name(_file_schema(io, files[0]))
+                    if held is not None or attempt > 1:  # a rewrite: the batch's earlier rows go
+                        with warnings.catch_warnings():  # a replay of a batch never committed has none
+                            warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                            tx.delete(_batch_filter(pipeline, batch_id))
+                    tx.add_files(
+                        files,
+                        snapshot_properties={BATCH_PROPERTY: json.dumps(metadata, sort_keys=True)},
+                        check_duplicate_files=False,  # each attempt writes into a folder of its own
+                    )
+                break
+            except CommitFailedException:
+                # another writer committed since the table was read: read it again, check again
+                table = self.load(sink)
+                held = _newest_commit(table, pipeline, batch_id)
+                done = self._settled(where, attempt, held, ranges)
+                if done is not None:
+                    return done
+        else:
+            raise SinkFormatError(
+                f"{where}: attempt {attempt} lost the catalog's swap {COMMIT_TRIES} times to other writers; "
+                "a retry of the task commits it"
+            )
+        commit = _newest_commit(self.load(sink), pipeline, batch_id)
+        if commit is None or commit.attempt != attempt:
+            raise SinkFormatError(
+                f"{where}: attempt {attempt} committed, but the table's snapshots do not show it"
+            )
+        log.info(
+            "%s: attempt %s committed %s rows as snapshot %s",
+            where,
+            attempt,
+            commit.record_count,
+            commit.version,
+        )
+        return commit
+
+    def _settled(
+        self, where: str, attempt: int, held: BatchCommit | None, ranges: Sequence[OffsetRange]
+    ) -> BatchCommit | None:
+        """What the table's newest commit of the batch decides before a write: this attempt's (a
+        retry: return it), a newer one's (refused), another batch's under the id (refused); None:
+        write."""
+        if held is None:
+            return None
+        if not same_batch_offsets(held.ranges, ranges):
+            done = "Nothing was written, the table is unchanged."
+            raise SinkFormatError(
+                other_batch_message(where, attempt, held, ranges, done, f"snapshot {held.version}")
+            )
+        if held.attempt > attempt:
+            raise SinkFenced(fenced_message(where, attempt, held, f"snapshot {held.version}"))
+        return held if held.attempt == attempt else None
+
+    def committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int) -> BatchCommit | None:
+        table = self.load(sink)
+        return None if table is None else _newest_commit(table, pipeline, batch_id)
+
+
+def _location(sink: str) -> str:
+    """The table's location: the sink as given, without a trailing slash."""
+    return sink.rstrip("/")
+
+
+def _newest_commit(table: Any, pipeline: str, batch_id: int) -> BatchCommit | None:
+    """The batch's newest commit among the table's snapshots (their ``kbp.batch`` property)."""
+    for snapshot in sorted(table.snapshots(), key=lambda s: s.sequence_number or 0, reverse=True):
+        raw = (snapshot.summary.additional_properties if snapshot.summary else {}).get(BATCH_PROPERTY)
+        if raw is None:
+            continue
+        d = json.loads(raw)
+        if d.get("pipeline") != pipeline or int(d.get("batch_id", -1)) != int(batch_id):
+            continue
+        props = snapshot.summary.additional_properties
+        expected = d.get("expected_records")
+        return BatchCommit(
+            pipeline=pipeline,
+            batch_id=int(batch_id),
+            attempt=int(d["attempt"]),
+            ranges=tuple(OffsetRange.from_dict(r) for r in d["ranges"]),
+            record_count=int(props.get("added-records", 0)),
+            version=int(snapshot.snapshot_id),
+            bytes=int(props.get("added-files-size", 0)),
+            expected_records=None if expected is None else int(expected),
+            details=dict(d.get("details") or {}),
+        )
+    return None
+
+
+def _write_files(spark: Any, rows: Any, folder: str) -> list[str]:
+    """Write ``rows`` as Parquet into ``folder`` (Iceberg's microsecond timestamps) and return the
+    data files Spark wrote there."""
+    key = "spark.sql.parquet.outputTimestampType"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "TIMESTAMP_MICROS")
+    try:
+        rows.write.mode("error").parquet(folder)  # a folder of its own (Connect takes no "errorifexists")
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+    return sorted(spark.read.parquet(folder).inputFiles())
+
+
+def _file_schema(io: Any, path: str) -> Any:
+    """The Arrow schema of the Parquet file at ``path`` (its footer, through pyiceberg's file IO)."""
+    import pyarrow.parquet as pq
+
+    with io.new_input(path).open() as f:
+        return pq.read_schema(f)
+
+
+def _rows_in(io: Any, files: Sequence[str]) -> int:
+    """The rows the Parquet ``files`` hold, from their footers."""
+    import pyarrow.parquet as pq
+
+    total = 0
+    for path in files:
+        with io.new_input(path).open() as f:
+            total += pq.read_metadata(f).num_rows
+    return total

@@ -1,0 +1,103 @@
+"""The shipped DAGs writing an Iceberg table (``sink_format="iceberg"``) under real Airflow
+(``dag.test()``), the real broker and both engines (spark-submit on ``local[2]``; the session's
+Spark Connect server): a failed batch and its replay, the next batch, and a cleared run rewriting
+its batch, each record once, with pyiceberg's SQL catalog on SQLite: spark-submit into a bucket of
+the session's S3 server (``s3a://``), the connect engine into a local path.
+
+The table is read back with pyiceberg only (the catalog's current snapshot and its data files),
+never with Spark or the sink's own read-back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from airflow_kafka_backpressure.sinks.iceberg import BATCH_PROPERTY
+
+from . import airflow_harness as af
+
+
+@pytest.fixture(scope="module")
+def airflow_db():
+    af.reset_airflow_db()
+
+
+def table(uri: str, name: str):
+    """The table as pyiceberg's catalog has it (S3 settings from the AWS_* environment)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from airflow_kafka_backpressure.sinks.iceberg import s3_properties
+
+    return SqlCatalog("kbp", uri=uri, **s3_properties()).load_table(name)
+
+
+def where(request, store: str, tmp_path, monkeypatch) -> tuple[str, dict[str, str]]:
+    """The table's location and the pipeline's Spark settings: a local path, or a bucket of the
+    session's S3 server through ``s3a://`` (hadoop-aws on the JVMs' class path; pyiceberg in the
+    job's driver reads the same server through the AWS_* environment, as a worker's would be set)."""
+    if store == "local":
+        return str(tmp_path / "events"), {}
+    from kbp_local.jars import spark_s3a_conf
+
+    server, bucket = request.getfixturevalue("s3_server"), request.getfixturevalue("s3_bucket")
+    for key, value in server.aws_environment().items():
+        monkeypatch.setenv(key, value)
+    return f"s3a://{bucket}/events", spark_s3a_conf(server, jars="extraClassPath")
+
+
+@pytest.mark.parametrize("engine, store", [("submit", "s3"), ("connect", "local")])
+def test_an_iceberg_pipeline_ingests_fails_replays_and_rewrites_each_record_once(
+    request, engine, store, kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db
+):
+    flag = tmp_path / "fail-now"
+    monkeypatch.setenv("KBP_TEST_FAIL_FLAG", str(flag))
+    uri = f"sqlite:///{tmp_path}/catalog.db"
+    sink, spark_conf = where(request, store, tmp_path, monkeypatch)
+    make = af.engine_pipeline_maker(
+        request, engine, monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path
+    )
+    p, ledger = make(
+        sink=sink,
+        sink_format="iceberg",
+        sink_options={"iceberg_catalog_uri": uri},
+        spark_conf=spark_conf,
+        transform="tests.integration.e2e_transforms:fail_while_flagged",
+        replay_interval_s=20,
+    )
+
+    def nothing_committed(failed) -> None:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        assert not SqlCatalog("kbp", uri=uri).table_exists("kbp.events")  # the first batch failed
+
+    _, _, ok = af.fail_replay_then_ingest(p, kafka_broker.bootstrap, flag, after_failure=nothing_committed)
+    assert ok.xcoms["ingest"]["records"] == 20
+
+    def rows() -> list[dict]:
+        return table(uri, "kbp.events").scan().to_arrow().to_pylist()
+
+    def ids() -> Counter:
+        return Counter(json.loads(r["value"])["id"] for r in rows())
+
+    assert ids() == Counter(range(60))
+    assert {r["kbp_pipeline"] for r in rows()} == {p.name}
+    assert Counter(r["kbp_batch_id"] for r in rows()) == {1: 40, 2: 20}
+
+    # clearing the finished run: a newer attempt of batch 2 replaces its rows in one commit
+    again = af.run_dag(p.ingest_dag_id, 1)
+    assert again.state == "success", again.task_states
+    assert ledger.batch(2).attempts == 2
+    assert ids() == Counter(range(60))
+    commits = [
+        json.loads(s.summary.additional_properties[BATCH_PROPERTY])
+        for s in table(uri, "kbp.events").snapshots()
+        if s.summary and BATCH_PROPERTY in s.summary.additional_properties
+    ]
+    assert [(c["batch_id"], c["attempt"]) for c in commits] == [(1, 2), (2, 1), (2, 2)]
+    assert sorted(json.dumps(r, sort_keys=True) for r in commits[-1]["ranges"]) == sorted(
+        json.dumps(r.to_dict(), sort_keys=True) for r in ledger.batch(2).plan.ranges
+    )
+    assert sum(x["records"] for x in commits[-1]["details"]["partitions"]) == 20
