@@ -202,7 +202,9 @@ class IcebergSink(TableFormat):
         catalog.create_namespace_if_not_exists(self.namespace)
         optional = pa.schema([f.with_nullable(True) for f in arrow_schema])  # later batches may hold nulls
         try:
-            return catalog.create_table(self.identifier(sink), schema=optional, location=_location(sink))
+            return catalog.create_table(
+                self.identifier(sink), schema=optional, location=_location(sink), properties=OWN_RETRIES
+            )
         except TableAlreadyExistsError:  # another writer created it first
             return self.load(sink)
 
@@ -221,11 +223,11 @@ class IcebergSink(TableFormat):
         details: Mapping[str, Any] | None = None,
         merge_schema: bool = False,
     ) -> BatchCommit:
-        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.exceptions import CommitFailedException, ValidationException
 
         rows = marked_rows(df, pipeline=pipeline, batch_id=batch_id, attempt=attempt, fmt="Iceberg")
         where = f"Iceberg table {self.identifier(sink)} at {sink}, batch {batch_id} of pipeline {pipeline!r}"
-        table = self.load(sink)
+        table = _retried_here(self.load(sink))
         held = None if table is None else _newest_commit(table, pipeline, batch_id)
         done = self._settled(where, attempt, held, ranges)
         if done is not None:
@@ -266,8 +268,9 @@ class IcebergSink(TableFormat):
                         check_duplicate_files=False,  # each attempt writes into a folder of its own
                     )
                 break
-            except CommitFailedException:
-                # another writer committed since the table was read: read it again, check again
+            except (CommitFailedException, ValidationException):
+                # another writer committed since the table was read (the catalog refused the swap,
+                # or its commit added rows of this batch): read it again, check again
                 table = self.load(sink)
                 held = _newest_commit(table, pipeline, batch_id)
                 done = self._settled(where, attempt, held, ranges)
@@ -312,6 +315,23 @@ class IcebergSink(TableFormat):
     def committed(self, spark: Any, sink: str, *, pipeline: str, batch_id: int) -> BatchCommit | None:
         table = self.load(sink)
         return None if table is None else _newest_commit(table, pipeline, batch_id)
+
+
+#: pyiceberg retries a refused commit on the table read again by itself, without the batch's fence
+#: checked again (a zombie first attempt would append beside a newer attempt's rows): the sink
+#: retries instead (``COMMIT_TRIES``), checking first
+OWN_RETRIES = {"commit.retry.num-retries": "0"}
+
+
+def _retried_here(table: Any) -> Any:
+    """``table`` with pyiceberg's own commit retries off (:data:`OWN_RETRIES`): a table this sink
+    did not create gets the property once, in a commit of its own."""
+    if table is None or all(table.properties.get(k) == v for k, v in OWN_RETRIES.items()):
+        return table
+    log.info("Iceberg table %s: setting %s (the sink retries its commits itself)", table.name(), OWN_RETRIES)
+    with table.transaction() as tx:
+        tx.set_properties(**OWN_RETRIES)
+    return table
 
 
 def _location(sink: str) -> str:

@@ -213,3 +213,62 @@ def test_the_job_commits_a_batch_and_a_replay_adopts_it(
     assert (again.records, again.adopted) == (8, True)
     assert {(p.partition, p.records) for p in again.partitions} == {(0, 5), (1, 3)}
     assert [s["attempt"] for s in snapshots(catalog_uri, "kbp.events") if s] == [1]  # nothing rewritten
+
+
+class CommitsBetween(IcebergSink):
+    """Fault injection for the race below: after this writer's check of the table (the batch's
+    newest commit) and before its transaction, ``meanwhile`` runs once (another writer commits)."""
+
+    def __init__(self, uri: str, meanwhile) -> None:
+        super().__init__(uri)
+        self.meanwhile = meanwhile
+
+    def io(self, sink: str):
+        if self.meanwhile is not None:
+            run, self.meanwhile = self.meanwhile, None
+            run()
+        return super().io(sink)
+
+
+@pytest.mark.parametrize("zombie, newer", [(1, 2), (2, 3)])
+def test_a_zombie_whose_check_passed_before_a_newer_attempt_committed_loses_the_swap(
+    spark, tmp_path, catalog_uri, zombie, newer
+):
+    """The zombie finds no newer commit and writes its files; meanwhile the newer attempt commits the
+    batch. The catalog refuses the zombie's swap (the table changed since it read it); read again,
+    the table names the newer attempt: the zombie is refused and nothing of it lands. A first
+    attempt's zombie deletes nothing: without the sink's own retries (pyiceberg's are off) its
+    append would land beside the newer attempt's rows."""
+    table = str(tmp_path / "t")
+    write(spark, catalog_uri, table, 7, attempt=1, n=2)  # another batch: the table exists
+    if zombie > 1:
+        write(spark, catalog_uri, table, 1, attempt=1, n=10)
+
+    def commit_newer() -> None:
+        write(spark, catalog_uri, table, 1, attempt=newer, n=10)
+
+    stale = CommitsBetween(catalog_uri, commit_newer)
+    with pytest.raises(SinkFenced, match=f"attempt {zombie} was refused, attempt {newer} has committed"):
+        stale.write_batch(
+            spark, rows(spark, 1, 10, zombie), table, pipeline=PIPELINE, batch_id=1, attempt=zombie,
+            ranges=ranges(1, 10), expected_records=10,
+        )  # fmt: skip
+    assert contents(catalog_uri) == {1: (10, {newer}), 7: (2, {1})}
+
+
+def test_a_writer_that_lost_the_swap_to_another_batch_commits_on_the_table_read_again(
+    spark, tmp_path, catalog_uri
+):
+    """Two batches' writers at once (Iceberg needs no lock between them): batch 2's commit lands
+    while batch 1's transaction is built; batch 1's swap is refused, read again, and lands on top."""
+    table = str(tmp_path / "t")
+    write(spark, catalog_uri, table, 1, attempt=1, n=3)
+
+    def other() -> None:
+        write(spark, catalog_uri, table, 2, attempt=1, n=4)
+
+    CommitsBetween(catalog_uri, other).write_batch(
+        spark, rows(spark, 3, 5, 1), table, pipeline=PIPELINE, batch_id=3, attempt=1,
+        ranges=ranges(3, 5), expected_records=5,
+    )  # fmt: skip
+    assert contents(catalog_uri) == {1: (3, {1}), 2: (4, {1}), 3: (5, {1})}
