@@ -14,6 +14,7 @@ before ``sink_options`` existed; found there they are moved to ``sink_options`` 
 from __future__ import annotations
 
 import logging
+import re
 import typing
 import warnings
 from collections.abc import Callable, Mapping
@@ -82,6 +83,16 @@ def _columns(value: Any) -> str | None:
     if value is None or (isinstance(value, (list, tuple)) and all(isinstance(c, str) and c for c in value)):
         return None
     return "a list of column names, or null for the sink's default"
+
+
+#: ``partition_by``: a transform of a column, as Iceberg writes it
+PARTITION_BY = re.compile(r"^(day|hour)\(([A-Za-z_][A-Za-z0-9_]*)\)$")
+
+
+def _partition_by(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and PARTITION_BY.match(value)):
+        return None
+    return "day(<column>) or hour(<column>), e.g. day(timestamp), or null"
 
 
 def _optional_text(value: Any) -> str | None:
@@ -173,6 +184,12 @@ class SinkOptions(_Options):
         check=_columns,
     )
 
+    partition_by: str | None = _option(
+        None,
+        doc="table sinks (delta, iceberg): the batch's rows partitioned by the UTC day or hour of a timestamp column, day(timestamp) or hour(kafka_timestamp) or day(<a decoded field>); Delta gets a kbp_day (DATE) or kbp_hour (TIMESTAMP) partition column, Iceberg a hidden partition; fixed when the table is created; null: none",
+        allowed="day(<column>), hour(<column>) or null",
+        check=_partition_by,
+    )
     iceberg_catalog_uri: str | None = _option(
         None,
         doc="sink_format iceberg: the SQLAlchemy URL of pyiceberg's SQL catalog (sqlite:////data/iceberg.db on one host, postgresql+psycopg2://user@host/db); no password in it: PGPASSWORD or ~/.pgpass on the workers",

@@ -154,6 +154,8 @@ class SinkFormat(abc.ABC):
     #: its data write is staged and published by a commit of its own: a decoded batch is counted
     #: and checked between the two, as its rows are written (:attr:`SetAside.observed`)
     stages_before_commit: ClassVar[bool] = False
+    #: it partitions a table by event time (``sink_options.partition_by``)
+    partitions: ClassVar[bool] = False
 
     @classmethod
     def configured(cls, options: Mapping[str, Any]) -> SinkFormat:
@@ -164,7 +166,15 @@ class SinkFormat(abc.ABC):
     @classmethod
     def options_problem(cls, options: Mapping[str, Any]) -> tuple[str, Any, str] | None:
         """The ``sink_options`` key this format cannot work with, its value as a message may show
-        it (no secret) and why (None: none), checked when the pipelines file is read. Default: none."""
+        it (no secret) and why (None: none), checked when the pipelines file is read. Default:
+        ``partition_by`` where the format does not :attr:`partitions`."""
+        if options.get("partition_by") and not cls.partitions:
+            return (
+                "partition_by",
+                options["partition_by"],
+                f"sink_format {cls.name!r} partitions nothing by event time: use a table format "
+                "(delta or iceberg), or leave partition_by out",
+            )
         return None
 
     @classmethod

@@ -75,6 +75,7 @@ from .table import (
     BATCH_COLUMN,
     PIPELINE_COLUMN,
     BatchCommit,
+    PartitionBy,
     TableFormat,
     batch_metadata,
     fenced_message,
@@ -178,6 +179,16 @@ def _other_batch(
     return other_batch_message(where, attempt, commit, planned, done, f"table version {commit.version}")
 
 
+def _partitioning_changed(where: str, partition_by: PartitionBy | None, error: Exception) -> str:
+    given = "none" if partition_by is None else f"{partition_by.transform}({partition_by.column})"
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return (
+        f"{where}: the table's partitioning is not the pipeline's sink_options.partition_by ({given}): a "
+        "Delta table's partition columns are fixed when it is created. Nothing was written. Set partition_by "
+        f"back to what the table has, or point the pipeline at a new table (its sink). Delta said: {first}"
+    )
+
+
 def _fenced(where: str, attempt: int, newer: BatchCommit) -> str:
     return fenced_message(where, attempt, newer, f"table version {newer.version}")
 
@@ -242,6 +253,7 @@ class DeltaSink(TableFormat):
         expected_records: int | None = None,
         details: Mapping[str, Any] | None = None,
         merge_schema: bool = False,
+        partition_by: PartitionBy | None = None,
     ) -> BatchCommit:
         # the batch's two columns first: a new table keeps Delta's column statistics (of its first
         # 32 columns by default) for them, which a rewrite and a look-up skip files by
@@ -257,7 +269,11 @@ class DeltaSink(TableFormat):
                         where, attempt, existing, ranges, "Nothing was written, the table is unchanged."
                     )
                 )
+        if partition_by is not None:  # kbp_day (DATE) or kbp_hour (TIMESTAMP), Delta's partition column
+            rows = rows.withColumn(partition_by.name, partition_by.value(rows, where))
         writer = rows.write.format("delta")
+        if partition_by is not None:
+            writer = writer.partitionBy(partition_by.name)
         if merge_schema:  # a decoded value's newer compatible schema adds columns to the table
             writer = writer.option("mergeSchema", "true")
         if attempt == 1:
@@ -274,6 +290,8 @@ class DeltaSink(TableFormat):
                 .save(sink)
             )
         except Exception as e:
+            if "DELTA_PARTITION" in str(e) or "Partition columns do not match" in str(e):
+                raise SinkFormatError(_partitioning_changed(where, partition_by, e)) from e
             if not _is_concurrent_commit(e):
                 raise
             # another writer committed while this one wrote: Delta's conflict check refused this

@@ -56,6 +56,7 @@ from .table import (
     BATCH_COLUMN,
     PIPELINE_COLUMN,
     BatchCommit,
+    PartitionBy,
     TableFormat,
     batch_metadata,
     fenced_message,
@@ -148,7 +149,9 @@ class IcebergSink(TableFormat):
     def options_problem(cls, options: Mapping[str, Any]) -> tuple[str, Any, str] | None:
         uri = options.get("iceberg_catalog_uri")
         problem = catalog_uri_problem(uri)
-        return None if problem is None else ("iceberg_catalog_uri", without_password(uri), problem)
+        if problem is not None:
+            return ("iceberg_catalog_uri", without_password(uri), problem)
+        return super().options_problem(options)
 
     # ----- the catalog -----------------------------------------------------------------------
     def catalog(self) -> Any:
@@ -194,19 +197,29 @@ class IcebergSink(TableFormat):
             )
         return table
 
-    def _create(self, sink: str, arrow_schema: Any) -> Any:
+    def _create(self, sink: str, arrow_schema: Any, partition_by: PartitionBy | None) -> Any:
+        """The table, created with ``arrow_schema`` (every column optional: later batches may hold
+        nulls) and, with ``partition_by``, Iceberg's hidden partition of that transform."""
         import pyarrow as pa
         from pyiceberg.exceptions import TableAlreadyExistsError
+        from pyiceberg.transforms import DayTransform, HourTransform
 
         catalog = self.catalog()
         catalog.create_namespace_if_not_exists(self.namespace)
-        optional = pa.schema([f.with_nullable(True) for f in arrow_schema])  # later batches may hold nulls
+        optional = pa.schema([f.with_nullable(True) for f in arrow_schema])
         try:
-            return catalog.create_table(
+            with catalog.create_table_transaction(
                 self.identifier(sink), schema=optional, location=_location(sink), properties=OWN_RETRIES
-            )
+            ) as tx:
+                if partition_by is not None:
+                    transform: Any = DayTransform() if partition_by.transform == "day" else HourTransform()
+                    with tx.update_spec() as spec:
+                        spec.add_field(
+                            partition_by.column, transform, f"{partition_by.column}_{partition_by.transform}"
+                        )
         except TableAlreadyExistsError:  # another writer created it first
-            return self.load(sink)
+            pass
+        return self.load(sink)
 
     # ----- the commit ------------------------------------------------------------------------
     def write_batch(
@@ -222,6 +235,7 @@ class IcebergSink(TableFormat):
         expected_records: int | None = None,
         details: Mapping[str, Any] | None = None,
         merge_schema: bool = False,
+        partition_by: PartitionBy | None = None,
     ) -> BatchCommit:
         from pyiceberg.exceptions import CommitFailedException, ValidationException
 
@@ -232,14 +246,21 @@ class IcebergSink(TableFormat):
         done = self._settled(where, attempt, held, ranges)
         if done is not None:
             return done
+        if table is not None:
+            _check_partitioning(where, table, partition_by)
+        if (
+            partition_by is not None
+        ):  # one partition's rows per file: pyiceberg reads its value from the stats
+            rows = rows.withColumn(partition_by.name, partition_by.number(rows, where))
         files = _write_files(
             spark,
             rows,
             f"{sink.rstrip('/')}/data/{BATCH_COLUMN}={int(batch_id)}/{int(attempt)}-{uuid.uuid4().hex}",
+            None if partition_by is None else partition_by.name,
         )
         io = self.io(sink)
         if table is None:
-            table = self._create(sink, _file_schema(io, files[0])) if files else None
+            table = self._create(sink, _file_schema(io, files[0]), partition_by) if files else None
         if table is None:  # an empty first batch of a new table: no schema to create it with yet
             raise SinkFormatError(
                 f"{where}: the batch has no rows and the table does not exist yet; it is created by the first "
@@ -317,6 +338,20 @@ class IcebergSink(TableFormat):
         return None if table is None else _newest_commit(table, pipeline, batch_id)
 
 
+def _check_partitioning(where: str, table: Any, partition_by: PartitionBy | None) -> None:
+    """An existing table's partitioning must be the pipeline's ``partition_by``."""
+    have = [(table.schema().find_column_name(f.source_id), str(f.transform)) for f in table.spec().fields]
+    want = [] if partition_by is None else [(partition_by.column, partition_by.transform)]
+    if have != want:
+        shown = ", ".join(f"{t}({c})" for c, t in have) or "none"
+        given = ", ".join(f"{t}({c})" for c, t in want) or "none"
+        raise SinkFormatError(
+            f"{where}: the table is partitioned by {shown} but the pipeline's sink_options.partition_by is "
+            f"{given}. Nothing was written. Set partition_by back to what the table has, or point the "
+            "pipeline at a new table (its sink)"
+        )
+
+
 #: pyiceberg retries a refused commit on the table read again by itself, without the batch's fence
 #: checked again (a zombie first attempt would append beside a newer attempt's rows): the sink
 #: retries instead (``COMMIT_TRIES``), checking first
@@ -364,14 +399,17 @@ def _newest_commit(table: Any, pipeline: str, batch_id: int) -> BatchCommit | No
     return None
 
 
-def _write_files(spark: Any, rows: Any, folder: str) -> list[str]:
-    """Write ``rows`` as Parquet into ``folder`` (Iceberg's microsecond timestamps) and return the
-    data files Spark wrote there."""
+def _write_files(spark: Any, rows: Any, folder: str, split_by: str | None = None) -> list[str]:
+    """Write ``rows`` as Parquet into ``folder`` (Iceberg's microsecond timestamps), one folder per
+    value of ``split_by`` (a column left out of the files), and return the data files Spark wrote."""
     key = "spark.sql.parquet.outputTimestampType"
     before = spark.conf.get(key, None)
     spark.conf.set(key, "TIMESTAMP_MICROS")
     try:
-        rows.write.mode("error").parquet(folder)  # a folder of its own (Connect takes no "errorifexists")
+        writer = rows.write.mode("error")  # a folder of its own (Connect takes no "errorifexists")
+        if split_by is not None:
+            writer = writer.partitionBy(split_by)
+        writer.parquet(folder)
     finally:
         if before is None:
             spark.conf.unset(key)

@@ -25,7 +25,7 @@ import abc
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow_kafka_backpressure.batch.models import JobSpec, OffsetRange, TopicPartition
 
@@ -60,6 +60,65 @@ def marked_rows(df: Any, *, pipeline: str, batch_id: int, attempt: int, fmt: str
     return df.select(
         F.lit(pipeline).alias(PIPELINE_COLUMN), F.lit(int(batch_id)).cast("long").alias(BATCH_COLUMN), "*"
     )
+
+
+@dataclass(frozen=True)
+class PartitionBy:
+    """``sink_options.partition_by``: the UTC ``transform`` (``day`` or ``hour``) of ``column``, as
+    Iceberg's partition transforms compute it (days or hours since 1970-01-01 UTC), whatever the
+    Spark session's time zone."""
+
+    transform: str
+    column: str
+
+    @classmethod
+    def parse(cls, value: str | None) -> PartitionBy | None:
+        from airflow_kafka_backpressure.batch.options import PARTITION_BY
+
+        if value is None:
+            return None
+        match = PARTITION_BY.match(value)
+        if match is None:
+            raise SinkFormatError(
+                f"sink_options.partition_by = {value!r}: use day(<column>) or hour(<column>)"
+            )
+        return cls(match.group(1), match.group(2))
+
+    @property
+    def name(self) -> str:
+        """The partition column a format adds (Delta) or splits its files by (Iceberg)."""
+        return f"kbp_{self.transform}"
+
+    def number(self, df: Any, where: str) -> Any:
+        """The partition's number (days or hours since the epoch, UTC) of each row of ``df``, a
+        Column; a missing column or one of another type is refused naming the columns there are."""
+        from pyspark.sql import functions as F
+
+        fields = {f.name: f.dataType.typeName() for f in df.schema.fields}
+        kind = fields.get(self.column)
+        if kind not in ("timestamp", "timestamp_ntz", "date") or (
+            kind == "date" and self.transform == "hour"
+        ):
+            usable = sorted(n for n, k in fields.items() if k in ("timestamp", "timestamp_ntz", "date"))
+            raise SinkFormatError(
+                f"{where}: sink_options.partition_by {self.transform}({self.column}) needs a timestamp column"
+                f"{' or a date' if self.transform == 'day' else ''} named {self.column!r}; the batch's rows have "
+                f"{'none' if kind is None else 'it as ' + str(kind)}. Timestamp and date columns there: "
+                f"{', '.join(usable) or 'none'}"
+            )
+        if kind == "date":
+            return F.unix_date(F.col(self.column))
+        per = 86_400_000_000 if self.transform == "day" else 3_600_000_000
+        return F.floor(F.unix_micros(F.col(self.column).cast("timestamp")) / F.lit(per))
+
+    def value(self, df: Any, where: str) -> Any:
+        """The partition column's value of each row: a DATE (day) or the hour's start, a TIMESTAMP."""
+        from pyspark.sql import functions as F
+
+        number = self.number(df, where)
+        if self.transform == "day":
+            return F.date_from_unix_date(number.cast("int"))
+        return F.timestamp_seconds(number * F.lit(3600))
 
 
 def batch_metadata(
@@ -182,6 +241,8 @@ class TableFormat(SinkFormat):
     :class:`~.base.SinkFenced`; a replay of an old batch after newer ones lands. :meth:`committed`
     reads back what the batch committed (None if nothing)."""
 
+    partitions: ClassVar[bool] = True
+
     @abc.abstractmethod
     def write_batch(
         self,
@@ -196,14 +257,16 @@ class TableFormat(SinkFormat):
         expected_records: int | None = None,
         details: Mapping[str, Any] | None = None,
         merge_schema: bool = False,
+        partition_by: PartitionBy | None = None,
     ) -> BatchCommit:
         """Commit ``df`` as batch ``batch_id`` of ``pipeline`` by the ledger's attempt ``attempt``
         (>= 1, growing with every new attempt of the batch). ``expected_records``: the rows the batch
         must publish (what was read, or what the transform returned); a commit of another count
         raises :class:`~.base.SinkFormatError`. ``details``: JSON-able facts stored with the commit
         and read back in :attr:`BatchCommit.details`. ``merge_schema``: columns ``df`` has and the
-        table lacks are added to the table (a decoded value's schema gained a field). Returns what
-        the sink now holds for the batch."""
+        table lacks are added to the table (a decoded value's schema gained a field).
+        ``partition_by``: the table's partitioning by event time (fixed when it is created; another
+        one on an existing table is refused). Returns what the sink now holds for the batch."""
 
     def error_table(self, sink: str) -> str:
         """Where the table at ``sink`` keeps the records of its batches that did not decode: a
@@ -328,6 +391,7 @@ class TableWrite(BatchWrite):
                     expected_records=set_aside.count,
                     details={"error_table_of": plan.sink},
                 )
+        partition = PartitionBy.parse(spec.options.get("partition_by"))
         commit = self.fmt.write_batch(
             self.spark,
             rows,
@@ -339,6 +403,8 @@ class TableWrite(BatchWrite):
             expected_records=expected,
             details=details,
             merge_schema=set_aside is not None,
+            # only when set: a format written before partitioning existed takes no such argument
+            **({"partition_by": partition} if partition is not None else {}),
         )
         return commit.reported()
 

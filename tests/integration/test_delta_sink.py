@@ -368,3 +368,67 @@ def test_a_replay_trimmed_at_the_start_replaces_the_batch_it_belongs_to(delta_sp
 
     assert (commit.attempt, commit.ranges) == (2, trimmed)
     assert contents(delta_spark, table) == {(PIPELINE, 3): (3, {2})}
+
+
+def test_a_batch_spanning_three_days_lands_in_three_partitions_and_its_replay_rewrites_only_its_rows(
+    delta_spark, tmp_path
+):
+    """``partition_by`` day(timestamp): a ``kbp_day`` DATE partition column (the UTC day); read back
+    with delta-rs (``deltalake``), not Spark: the partitions each batch's files are in, and every
+    row by id after a replay of batch 1 rewrote its rows in three partitions."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from airflow_kafka_backpressure.sinks.table import PartitionBy
+
+    from .test_iceberg_sink import days_rows
+
+    table, day = str(tmp_path / "t"), PartitionBy("day", "timestamp")
+
+    def commit(batch_id: int, attempt: int, first_day: int, partition_by=day) -> BatchCommit:
+        return DeltaSink().write_batch(
+            delta_spark, days_rows(delta_spark, batch_id, 9, attempt, first_day), table, pipeline=PIPELINE,
+            batch_id=batch_id, attempt=attempt, ranges=ranges(batch_id, 9), expected_records=9,
+            partition_by=partition_by,
+        )  # fmt: skip
+
+    def rows_by_id() -> dict[int, dict]:
+        return {r["id"]: r for r in DeltaTable(table).to_pyarrow_table().to_pylist()}
+
+    commit(1, 1, 0)  # 2025-11-24, 25, 26
+    commit(2, 1, 1)  # 2025-11-25, 26, 27
+    dt = DeltaTable(table)
+    assert dt.metadata().partition_columns == ["kbp_day"]
+    adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    by_batch: dict[int, set[str]] = {}
+    for a in adds:
+        batch = next(r["kbp_batch_id"] for r in pq_rows(table, a["path"]))
+        by_batch.setdefault(batch, set()).add(str(a["partition.kbp_day"]))
+    assert by_batch == {
+        1: {"2025-11-24", "2025-11-25", "2025-11-26"},
+        2: {"2025-11-25", "2025-11-26", "2025-11-27"},
+    }
+    before = rows_by_id()
+
+    commit(1, 2, 0)  # the replay: batch 1's rows replaced in its three partitions, batch 2's untouched
+    after = rows_by_id()
+    assert sorted(after) == sorted(before)
+    assert {i: r["written_by"] for i, r in after.items() if i >= 2000} == {i: 1 for i in range(2000, 2009)}
+    assert {r["written_by"] for i, r in after.items() if i < 2000} == {2}
+    assert {str(r["kbp_day"]) for r in after.values()} == {
+        "2025-11-24",
+        "2025-11-25",
+        "2025-11-26",
+        "2025-11-27",
+    }
+
+    with pytest.raises(
+        SinkFormatError, match=r"partitioning is not the pipeline's sink_options.partition_by \(none\)"
+    ):
+        commit(3, 1, 0, partition_by=None)
+
+
+def pq_rows(table: str, path: str) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(f"{table}/{path}").to_pylist()

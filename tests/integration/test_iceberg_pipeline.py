@@ -62,7 +62,11 @@ def test_an_iceberg_pipeline_ingests_fails_replays_and_rewrites_each_record_once
     p, ledger = make(
         sink=sink,
         sink_format="iceberg",
-        sink_options={"iceberg_catalog_uri": uri},
+        # the local table partitioned by the UTC day of Kafka's timestamp (sink_options to the job)
+        sink_options={
+            "iceberg_catalog_uri": uri,
+            **({"partition_by": "day(timestamp)"} if store == "local" else {}),
+        },
         spark_conf=spark_conf,
         transform="tests.integration.e2e_transforms:fail_while_flagged",
         replay_interval_s=20,
@@ -84,6 +88,8 @@ def test_an_iceberg_pipeline_ingests_fails_replays_and_rewrites_each_record_once
 
     assert ids() == Counter(range(60))
     assert {r["kbp_pipeline"] for r in rows()} == {p.name}
+    spec = [(f.name, str(f.transform)) for f in table(uri, "kbp.events").spec().fields]
+    assert spec == ([("timestamp_day", "day")] if store == "local" else [])
     assert Counter(r["kbp_batch_id"] for r in rows()) == {1: 40, 2: 20}
 
     # clearing the finished run: a newer attempt of batch 2 replaces its rows in one commit

@@ -272,3 +272,71 @@ def test_a_writer_that_lost_the_swap_to_another_batch_commits_on_the_table_read_
         ranges=ranges(3, 5), expected_records=5,
     )  # fmt: skip
     assert contents(catalog_uri) == {1: (3, {1}), 2: (4, {1}), 3: (5, {1})}
+
+
+def days_rows(spark, batch_id: int, n: int, attempt: int, first_day: int = 0):
+    """``n`` rows of batch ``batch_id`` whose ``timestamp`` falls on three UTC days from
+    2025-11-24 + ``first_day`` (row i on day i % 3), ``id`` = batch_id * 1000 + i."""
+    base = 1_763_942_400 + first_day * 86_400  # 2025-11-24T00:00:00Z
+    return spark.range(n).selectExpr(
+        f"{batch_id} * 1000 + id AS id",
+        f"{attempt} AS written_by",
+        f"timestamp_seconds({base} + (id % 3) * 86400 + 3600) AS timestamp",
+    )
+
+
+def test_a_batch_spanning_three_days_lands_in_three_partitions_and_its_replay_rewrites_only_its_rows(
+    spark, tmp_path, catalog_uri
+):
+    from pyiceberg.expressions import EqualTo
+
+    from airflow_kafka_backpressure.sinks.table import PartitionBy
+
+    table, day = str(tmp_path / "t"), PartitionBy("day", "timestamp")
+    sink = IcebergSink(catalog_uri)
+
+    def commit(batch_id: int, attempt: int, first_day: int) -> None:
+        sink.write_batch(
+            spark, days_rows(spark, batch_id, 9, attempt, first_day), table, pipeline=PIPELINE,
+            batch_id=batch_id, attempt=attempt, ranges=ranges(batch_id, 9), expected_records=9,
+            partition_by=day,
+        )  # fmt: skip
+
+    commit(1, 1, 0)  # 2025-11-24, 25, 26
+    commit(2, 1, 1)  # 2025-11-25, 26, 27: two days shared with batch 1
+    t = loaded(catalog_uri)
+    assert [(f.name, str(f.transform)) for f in t.spec().fields] == [("timestamp_day", "day")]
+    files = t.inspect.files().to_pylist()
+
+    def days(batch_id: int) -> set[str]:
+        held = [f for f in files if f"/kbp_batch_id={batch_id}/" in f["file_path"]]
+        return {f["partition"]["timestamp_day"].isoformat() for f in held}
+
+    assert days(1) == {"2025-11-24", "2025-11-25", "2025-11-26"}  # three partitions
+    assert days(2) == {"2025-11-25", "2025-11-26", "2025-11-27"}
+    before = {r["id"]: r for r in t.scan().to_arrow().to_pylist()}
+
+    commit(1, 2, 0)  # the replay: batch 1's rows replaced in its three partitions, batch 2's untouched
+    after = {r["id"]: r for r in loaded(catalog_uri).scan().to_arrow().to_pylist()}
+    assert sorted(after) == sorted(before)
+    assert {i: r["written_by"] for i, r in after.items() if i >= 2000} == {i: 1 for i in range(2000, 2009)}
+    assert {r["written_by"] for i, r in after.items() if i < 2000} == {2}
+    # a reader's filter on the partition prunes the other days' files
+    one_day = loaded(catalog_uri).scan(row_filter=EqualTo("timestamp", "2025-11-24T01:00:00+00:00"))
+    assert {t.file.partition[0] for t in one_day.plan_files()} == {20416}  # days since 1970-01-01
+
+    with pytest.raises(
+        SinkFormatError, match=r"partitioned by day\(timestamp\) but .*partition_by is hour\(timestamp\)"
+    ):
+        sink.write_batch(
+            spark, days_rows(spark, 3, 3, 1), table, pipeline=PIPELINE, batch_id=3, attempt=1,
+            ranges=ranges(3, 3), expected_records=3, partition_by=PartitionBy("hour", "timestamp"),
+        )  # fmt: skip
+    with pytest.raises(
+        SinkFormatError,
+        match=r"needs a timestamp column.*'created'.*Timestamp and date columns there: timestamp",
+    ):
+        IcebergSink(catalog_uri).write_batch(
+            spark, days_rows(spark, 4, 3, 1), str(tmp_path / "u"), pipeline=PIPELINE, batch_id=4, attempt=1,
+            ranges=ranges(4, 3), expected_records=3, partition_by=PartitionBy("day", "created"),
+        )  # fmt: skip

@@ -286,3 +286,17 @@ def test_a_sink_that_cannot_hold_its_guarantees_is_refused_before_planning():
     assert sink_refusal(cfg("/data/orders"), "local[2]") is None
     assert sink_refusal(cfg("/data/orders"), "spark://127.0.0.1:7077") is None  # executors on this host
     assert sink_refusal(cfg("/data/orders"), None) is None  # a Connect server's master is not known
+
+
+def test_partition_by_is_a_day_or_hour_of_a_column_and_only_table_formats_take_it():
+    (p,) = load(sink_format="delta", sink_options={"partition_by": "day(timestamp)"})
+    assert p.sink_options.job_options()["partition_by"] == "day(timestamp)"
+    for bad in ("week(timestamp)", "day(timestamp", "day()", "hour(a b)"):
+        with pytest.raises(
+            ValueError, match=r"sink_options.partition_by = .*day\(<column>\) or hour\(<column>\)"
+        ):
+            load(sink_format="delta", sink_options={"partition_by": bad})
+    with pytest.raises(
+        ValueError, match=r"partition_by = 'hour\(ts\)'.*'parquet' partitions nothing.*delta or iceberg"
+    ):
+        load(sink_options={"partition_by": "hour(ts)"})
