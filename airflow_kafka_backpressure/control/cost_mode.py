@@ -74,6 +74,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .correction import Correction
 from .cost import (
     DISTINCT_SIZE,
     MIN_POINTS_FOR_NOISE,
@@ -103,12 +104,6 @@ UNKNOWN_NOISE_SHIFT = 0.5
 NOISE_SIGMAS = 1.2
 #: With the fixed cost unknown, a batch that must shrink shrinks by at least this much (a probe).
 PROBE = 1.25 * DISTINCT_SIZE
-#: The warning fires when the fixed cost is at least this share of the interval ...
-FIXED_COST_WARNING_SHARE = 0.5
-#: ... this many standard errors below its estimate: an intercept measured on batches of nearly one
-#: size under noise is not evidence (noise-90, a true share of 25%, warned in 7 of 20 seeds; with 1σ: 2,
-#: and fixed-80 still warns in 20 of 20; 2σ would miss 5 of those).
-FIXED_COST_WARNING_SIGMAS = 1.0
 #: Beyond this many times the largest batch measured (per executor) a batch is an extrapolation:
 #: its predicted time uses a per-record cost never below :meth:`CostModel.per_record_floor_s`.
 EXTRAPOLATION = 4.0
@@ -119,31 +114,6 @@ IDENTIFIED_SHARE = 0.5
 STARTUP_BATCHES = 3
 #: Arrival rate: the median of the rates between the last plans (robust to one burst).
 ARRIVAL_WINDOW_PLANS = 5
-
-
-def fixed_cost_warning(fit: CostFit | None, batch_interval_s: float) -> str | None:
-    """The warning shown in the task log and on the monitoring page, or None."""
-    if fit is None or batch_interval_s <= 0:
-        return None
-    share = fit.fixed_s / batch_interval_s
-    surely = fit.fixed_s - FIXED_COST_WARNING_SIGMAS * (fit.fixed_se_s or 0.0)
-    if surely < FIXED_COST_WARNING_SHARE * batch_interval_s:
-        return None
-    return (
-        f"fixed cost {fit.fixed_s:.1f} s is {share:.0%} of the interval: raise the interval or use the "
-        "connect engine"
-    )
-
-
-def records_for_fixed_share(fit: CostFit | None, share: float, executors: int = 1) -> int:
-    """The smallest batch whose fixed cost is at most ``share`` of its predicted time (the cost
-    mode's own ``min_records_per_batch``): ``fixed / (fixed + per_record × n / executors) <= share``.
-    0 without a model, with ``share`` 0 (off) or without a per-record cost."""
-    if fit is None or share <= 0 or fit.per_record_s <= 0 or fit.fixed_s <= 0:
-        return 0
-    if share >= 1:
-        return 0
-    return math.ceil(fit.fixed_s * (1 - share) / share / fit.per_record_s * max(executors, 1))
 
 
 def arrival_rate(history: Sequence[tuple[int, int]]) -> float | None:
@@ -193,70 +163,6 @@ class CostParams:
             raise bad("drain_horizon_s", self.drain_horizon_s, ">= 0 (0: drain as fast as possible)")
         if self.window_batches < 2:
             raise bad("window_batches", self.window_batches, ">= 2")
-
-
-@dataclass
-class Correction:
-    """The correction's state: the last two errors and the integral (shares of the interval)."""
-
-    error: float | None = None
-    previous_error: float | None = None
-    integral: float = 0.0
-
-    def terms(self, params: CostParams) -> dict[str, float]:
-        """Each term of the next plan's correction and their sum, before the clamp (shares of the
-        interval added to the drain cap)."""
-        e = self.error or 0.0
-        p = params.proportional * e
-        i = params.integral * self.integral
-        d = (
-            0.0
-            if self.error is None or self.previous_error is None
-            else params.derivative * (self.error - self.previous_error)
-        )
-        return {"error": e, "proportional": p, "integral": i, "derivative": d, "output": p + i + d}
-
-    def update(self, error: float, params: CostParams) -> None:
-        """One finished batch's error (see the module's doc); the integral is kept in
-        ``[0, max_ratio / integral]`` so it never asks for more than a whole interval."""
-        self.previous_error, self.error = self.error, error
-        limit = params.max_ratio / params.integral if params.integral > 0 else 0.0
-        self.integral = min(max(self.integral + error, 0.0), limit)
-
-    def reset(self) -> None:
-        self.error, self.previous_error, self.integral = None, None, 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"error": self.error, "previous_error": self.previous_error, "integral": self.integral}
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "cost.correction") -> Correction:
-        if d is None:
-            return cls()
-        if not isinstance(d, dict):
-            raise CostModelError(f"{where}: expected an object, got {type(d).__name__}")
-        out = []
-        for key in ("error", "previous_error", "integral"):
-            v = d.get(key, 0.0 if key == "integral" else None)
-            if v is not None and (
-                isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-            ):
-                raise CostModelError(f"{where}.{key} = {v!r} must be a finite number or null")
-            out.append(None if v is None else float(v))
-        if out[2] is None or out[2] < 0:
-            raise CostModelError(f"{where}.integral = {out[2]!r} must be a number >= 0")
-        return cls(out[0], out[1], out[2])
-
-
-def correction_error(
-    fit: CostFit | None, available: int, budget: float | None, executors: int, interval_s: float
-) -> float | None:
-    """The correction's error for one finished batch: the work its budget left behind (records
-    available at plan − budget, times the per-record cost per executor) as a share of the interval;
-    negative when the budget left room. None without a model or a budget."""
-    if fit is None or budget is None or not math.isfinite(budget) or interval_s <= 0:
-        return None
-    return (available - budget) * fit.per_record_s / max(executors, 1) / interval_s
 
 
 @dataclass(frozen=True)

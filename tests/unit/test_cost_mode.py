@@ -16,9 +16,9 @@ from airflow_kafka_backpressure.control.cost_mode import (
     CostParams,
     PlanInputs,
     arrival_rate,
-    fixed_cost_warning,
     plan_budget,
 )
+from airflow_kafka_backpressure.control.fixed_cost import fixed_cost_warning
 from airflow_kafka_backpressure.sim import scenarios
 from airflow_kafka_backpressure.sim.simulate import simulate
 
@@ -251,7 +251,7 @@ def test_state_round_trip_and_refusals():
 
 
 # ----- the correction: a PID on the work the budget left behind (issue 23) -------------------------
-from airflow_kafka_backpressure.control.cost_mode import Correction, correction_error  # noqa: E402
+from airflow_kafka_backpressure.control.correction import Correction, correction_error  # noqa: E402
 
 NOISY = model(15.0, 0.0005, noise=0.08)  # feedforward cap: 0.99 / (1 + 1.2 × 0.08) = 0.90 of the interval
 
@@ -376,7 +376,7 @@ def test_the_floor_is_the_last_identified_per_record_cost_and_is_kept_in_the_sta
 
 def test_the_cost_mode_derives_a_minimum_batch_from_the_fixed_cost():
     """Issue 23 item 3: a batch whose fixed cost is at most a set share of its time."""
-    from airflow_kafka_backpressure.control.cost_mode import records_for_fixed_share
+    from airflow_kafka_backpressure.control.fixed_cost import records_for_fixed_share
 
     # fixed 15 s, 0.5 ms a record: at half the time the work is 15 s, 30,000 records (60,000 on 2 executors)
     assert records_for_fixed_share(FIT, 0.5) == 30_000 and records_for_fixed_share(FIT, 0.5, 2) == 60_000

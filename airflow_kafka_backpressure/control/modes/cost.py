@@ -10,17 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from ..correction import correction_error
 from ..cost import CostModelError, CostObservation
 from ..cost_mode import (
     DEFAULT_WINDOW_BATCHES,
     CostModel,
     CostParams,
     PlanInputs,
-    correction_error,
-    fixed_cost_warning,
     plan_budget,
-    records_for_fixed_share,
 )
+from ..fixed_cost import fixed_cost_warning, records_for_fixed_share
 from ..scaling import ScalingDecision, ScalingPolicy, cost_executor_target
 from .base import ControllerStateError, ControlMode, FinishedBatch, PlanDecision, fmt
 
