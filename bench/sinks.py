@@ -16,6 +16,8 @@ gateway on 127.0.0.1, :class:`~kbp_local.s3.S3Server`):
   - ``delta local`` and ``delta s3``: the Delta sink (``sinks.DeltaSink.write_batch``: one
     transaction, an append since each run is a first attempt, with the batch's
     ``txnAppId``/``txnVersion``, then the commit read back from the table's history);
+  - ``iceberg local`` and ``iceberg s3``: the Iceberg sink (``sinks.IcebergSink.write_batch``: Spark
+    writes the files, pyiceberg commits them through its SQL catalog on SQLite);
   - ``parquet s3`` is refused by the pipeline (``sink_placement.sink_refusal``): its message is printed.
 
 * **commit cost against history**: small batches (``--small-records`` rows each) are committed one
@@ -58,12 +60,14 @@ from typing import Any
 from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.config.sink_placement import sink_refusal
-from airflow_kafka_backpressure.sinks import DeltaSink
+from airflow_kafka_backpressure.sinks import DeltaSink, IcebergSink
 from airflow_kafka_backpressure.sinks.parquet import write as parquet_sink
 
 REPO = Path(__file__).resolve().parents[1]
 PIPELINE, TOPIC, PARTITIONS = "bench", "bench-events", 4
 BUCKET = "kbp-bench"
+#: the Iceberg sink's SQL catalog (SQLite in the run's work folder), set by main()
+ICEBERG_CATALOG: list[str] = []
 
 
 def session(master: str, work: Path, s3: Any, extra: dict[str, str]) -> Any:
@@ -121,6 +125,23 @@ def writer(fmt: str, spark: Any, sink: str) -> Callable[[Any, int, int, list[Off
             assert manifest["rows"] == rows, manifest["rows"]
 
         return write_parquet
+    if fmt == "iceberg":
+        iceberg = IcebergSink(ICEBERG_CATALOG[0])
+
+        def write_iceberg(df: Any, batch_id: int, attempt: int, ranges: list[OffsetRange], rows: int) -> None:
+            commit = iceberg.write_batch(
+                spark,
+                df,
+                sink,
+                pipeline=PIPELINE,
+                batch_id=batch_id,
+                attempt=attempt,
+                ranges=ranges,
+                expected_records=rows,
+            )
+            assert commit.record_count == rows, commit
+
+        return write_iceberg
     delta = DeltaSink()
 
     def write_delta(df: Any, batch_id: int, attempt: int, ranges: list[OffsetRange], rows: int) -> None:
@@ -155,8 +176,14 @@ def throughput(spark: Any, args: argparse.Namespace, where: dict[str, Callable[[
     )
     refusal = sink_refusal(PipelineConfig(name=PIPELINE, topics=(TOPIC,), sink=where["s3"]("parquet")), None)
     print(f"  {'parquet s3':<14} refused by the pipeline: {refusal}")
-    for fmt, loc in (("parquet", "local"), ("delta", "local"), ("delta", "s3")):
-        write = writer(fmt, spark, where[loc](f"throughput-{fmt}"))
+    for fmt, loc in (
+        ("parquet", "local"),
+        ("delta", "local"),
+        ("delta", "s3"),
+        ("iceberg", "local"),
+        ("iceberg", "s3"),
+    ):
+        write = writer(fmt, spark, where[loc](f"throughput-{fmt}-{loc}"))
         times = []
         for batch_id in range(1, args.repeat + 1):
             t0 = time.perf_counter()
@@ -180,8 +207,8 @@ def history(spark: Any, args: argparse.Namespace, where: dict[str, Callable[[str
         for fmt in args.history_formats.split(","):
             if fmt == "parquet" and loc == "s3":
                 continue  # refused by the pipeline (see the throughput part)
-            sink = where[loc](f"history-{fmt}")
-            fill = PREFILL[fmt] if args.prefill and loc == "local" else None
+            sink = where[loc](f"history-{fmt}-{loc}")
+            fill = PREFILL.get(fmt) if args.prefill and loc == "local" else None  # none for iceberg
             medians, line = commit_times(spark, args, writer(fmt, spark, sink), checkpoints, sink, fill)
             commit, committed, fresh = (medians[-1][k] / medians[0][k] for k in range(3))
             how = ", history prefilled" if fill else ""
@@ -378,7 +405,9 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--history", default="10,100", help="batches in the sink at which commits are timed")
     ap.add_argument("--history-locations", default="local", help="comma-separated: local, s3")
-    ap.add_argument("--history-formats", default="parquet,delta", help="comma-separated: parquet, delta")
+    ap.add_argument(
+        "--history-formats", default="parquet,delta,iceberg", help="comma-separated: parquet, delta, iceberg"
+    )
     ap.add_argument("--small-records", type=int, default=100)
     ap.add_argument(
         "--prefill",
@@ -406,6 +435,9 @@ def main() -> None:
     try:
         s3.start()
         s3.create_bucket(BUCKET)
+        # the Iceberg sink's catalog, and its pyiceberg client's S3 settings (the AWS environment)
+        ICEBERG_CATALOG.append(f"sqlite:///{work}/iceberg-catalog.db")
+        os.environ.update(s3.aws_environment())
         spark = session(args.master, work, s3, dict(kv.split("=", 1) for kv in args.conf))
         spark.sparkContext.setLogLevel("WARN")
         print(f"spark {spark.version}, master {args.master}, {os.cpu_count()} cores; S3 server {s3.endpoint}")

@@ -40,7 +40,7 @@ fi
 # engine, about 6 min, joined the foreground, and the cost mode's 4 min moved here. A rehearsal of
 # ebbf9de on 2026-11-29: foreground 58.7 min, background 45.7 min; the two S3 drivers' commit race,
 # 4 min, moved here.)
-BACKGROUND=(tests/faults tests/integration/test_standalone_executors.py tests/integration/test_controller_operators.py tests/integration/test_controller_e2e.py tests/integration/test_secured_kafka.py tests/integration/test_delta_s3_commit_race.py tests/integration/test_typed_records_e2e.py)
+BACKGROUND=(tests/faults tests/integration/test_standalone_executors.py tests/integration/test_controller_operators.py tests/integration/test_controller_e2e.py tests/integration/test_secured_kafka.py tests/integration/test_delta_s3_commit_race.py tests/integration/test_typed_records_e2e.py tests/integration/test_iceberg_pipeline.py)
 # the foreground names its folders: pytest's --ignore does not drop a folder that pyproject's
 # testpaths names (tests/faults ran in both shards when the foreground relied on it)
 FOREGROUND=(tests/unit tests/integration)

@@ -73,7 +73,7 @@ BATCH_PROPERTY = "kbp.batch"
 COMMIT_TRIES = 5
 DEFAULT_NAMESPACE = "kbp"
 CATALOG_NAME = "kbp"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENTIFIER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 
 
 def catalog_uri_problem(uri: Any) -> str | None:
@@ -115,7 +115,7 @@ def table_name(sink: str) -> str:
     if not _IDENTIFIER.match(name):
         raise SinkFormatError(
             f"Iceberg sink {sink!r}: its last path segment {name!r} names the table in the catalog and must be "
-            "letters, digits and underscores, not starting with a digit: rename the sink's folder"
+            "letters, digits, underscores and hyphens (a dot would be read as a namespace): rename the sink's folder"
         )
     return name
 

@@ -93,8 +93,11 @@ def test_the_registry_names_iceberg_and_it_takes_its_sink_options():
         "lake",
         "lake.orders",
     )
-    with pytest.raises(SinkFormatError, match="last path segment 'my-orders'"):
-        fmt.identifier("/data/my-orders")
+    assert fmt.identifier("/data/my-orders") == "lake.my-orders"
+    with pytest.raises(
+        SinkFormatError, match="last path segment 'my.orders'.*a dot would be read as a namespace"
+    ):
+        fmt.identifier("/data/my.orders")
 
 
 def test_a_batch_lands_once_and_a_retry_of_the_same_attempt_adds_nothing(spark, tmp_path, catalog_uri):
