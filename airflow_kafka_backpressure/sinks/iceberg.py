@@ -248,9 +248,8 @@ class IcebergSink(TableFormat):
             return done
         if table is not None:
             _check_partitioning(where, table, partition_by)
-        if (
-            partition_by is not None
-        ):  # one partition's rows per file: pyiceberg reads its value from the stats
+        if partition_by is not None:
+            # one partition's rows per file: pyiceberg reads each file's partition from its stats
             rows = rows.withColumn(partition_by.name, partition_by.number(rows, where))
         files = _write_files(
             spark,
