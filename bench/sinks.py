@@ -60,7 +60,7 @@ from typing import Any
 from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.config.sink_placement import sink_refusal
-from airflow_kafka_backpressure.sinks import DeltaSink, IcebergSink
+from airflow_kafka_backpressure.sinks import TableFormat, sink_format_for
 from airflow_kafka_backpressure.sinks.parquet import write as parquet_sink
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,27 +125,12 @@ def writer(fmt: str, spark: Any, sink: str) -> Callable[[Any, int, int, list[Off
             assert manifest["rows"] == rows, manifest["rows"]
 
         return write_parquet
-    if fmt == "iceberg":
-        iceberg = IcebergSink(ICEBERG_CATALOG[0])
+    # a table format, from the registry with the sink options it takes (the Iceberg catalog)
+    table = sink_format_for(fmt, {"iceberg_catalog_uri": ICEBERG_CATALOG[0]})
+    assert isinstance(table, TableFormat), fmt
 
-        def write_iceberg(df: Any, batch_id: int, attempt: int, ranges: list[OffsetRange], rows: int) -> None:
-            commit = iceberg.write_batch(
-                spark,
-                df,
-                sink,
-                pipeline=PIPELINE,
-                batch_id=batch_id,
-                attempt=attempt,
-                ranges=ranges,
-                expected_records=rows,
-            )
-            assert commit.record_count == rows, commit
-
-        return write_iceberg
-    delta = DeltaSink()
-
-    def write_delta(df: Any, batch_id: int, attempt: int, ranges: list[OffsetRange], rows: int) -> None:
-        commit = delta.write_batch(
+    def write_table(df: Any, batch_id: int, attempt: int, ranges: list[OffsetRange], rows: int) -> None:
+        commit = table.write_batch(
             spark,
             df,
             sink,
@@ -157,7 +142,7 @@ def writer(fmt: str, spark: Any, sink: str) -> Callable[[Any, int, int, list[Off
         )
         assert commit.record_count == rows, commit
 
-    return write_delta
+    return write_table
 
 
 def locations(work: Path) -> dict[str, Callable[[str], str]]:

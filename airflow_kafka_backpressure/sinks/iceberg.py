@@ -258,8 +258,9 @@ class IcebergSink(TableFormat):
             None if partition_by is None else partition_by.name,
         )
         io = self.io(sink)
+        schema = _file_schema(io, files[0]) if files else None  # the batch's columns, read once
         if table is None:
-            table = self._create(sink, _file_schema(io, files[0]), partition_by) if files else None
+            table = self._create(sink, schema, partition_by) if schema is not None else None
         if table is None:  # an empty first batch of a new table: no schema to create it with yet
             raise SinkFormatError(
                 f"{where}: the batch has no rows and the table does not exist yet; it is created by the first "
@@ -275,9 +276,9 @@ class IcebergSink(TableFormat):
         for _ in range(COMMIT_TRIES):
             try:
                 with table.transaction() as tx:
-                    if merge_schema and files:
+                    if merge_schema and schema is not None:
                         with tx.update_schema() as update:
-                            update.union_by_name(_file_schema(io, files[0]))
+                            update.union_by_name(schema)
                     if held is not None or attempt > 1:  # a rewrite: the batch's earlier rows go
                         with warnings.catch_warnings():  # a replay of a batch never committed has none
                             warnings.filterwarnings("ignore", "Delete operation did not match any records")
@@ -301,7 +302,7 @@ class IcebergSink(TableFormat):
                 f"{where}: attempt {attempt} lost the catalog's swap {COMMIT_TRIES} times to other writers; "
                 "a retry of the task commits it"
             )
-        commit = _newest_commit(self.load(sink), pipeline, batch_id)
+        commit = _newest_commit(table, pipeline, batch_id)  # the transaction left the table as committed
         if commit is None or commit.attempt != attempt:
             raise SinkFormatError(
                 f"{where}: attempt {attempt} committed, but the table's snapshots do not show it"
