@@ -1,4 +1,5 @@
-"""One factory for a pipeline's two DAGs: ingest (plan → ingest → record → scale) and replay.
+"""One factory for a pipeline's DAGs: ingest (plan → ingest → record → scale), replay, and, for a
+table sink with a ``maintenance``, the table's maintenance.
 
 The ingest DAG runs once per batch interval, one run at a time (``max_active_runs=1``), so each
 run's plan starts where the previous one ended. The replay DAG waits for failed batches and replays
@@ -18,6 +19,7 @@ from airflow_kafka_backpressure.config.pipeline import PIPELINES_FILE_ENV, Pipel
 
 from .operators import (
     ExecutorScalingOperator,
+    MaintainTableOperator,
     PlanOffsetRangesOperator,
     RecordBatchMetricsOperator,
     ReplayCheckOperator,
@@ -33,6 +35,7 @@ __all__ = [
     "REPLAY_BATCHES_PER_RUN",
     "build_dags",
     "build_ingest_dag",
+    "build_maintain_dag",
     "build_replay_dag",
     "load_pipelines",
     "task_timeouts",
@@ -77,6 +80,10 @@ def task_timeouts(p: PipelineConfig) -> dict[str, timedelta]:
         "failed_ranges": timedelta(seconds=every + control),
         "replay": timedelta(seconds=REPLAY_BATCHES_PER_RUN * batch + control),
         "check": timedelta(seconds=control),
+        # the wait for a batch's job to release the table's lock, then the maintenance's own bound
+        "maintain": timedelta(
+            seconds=p.batch_task_timeout + (p.maintenance.timeout_s if p.maintenance else 0)
+        ),
     }
 
 
@@ -138,9 +145,39 @@ def build_replay_dag(p: PipelineConfig, **dag_kwargs: Any) -> DAG:
     return dag
 
 
+def build_maintain_dag(p: PipelineConfig, **dag_kwargs: Any) -> DAG:
+    """The table's maintenance (``p.maintenance``: its schedule, retention, file size, order)."""
+    if p.maintenance is None:
+        raise ValueError(f"pipeline {p.name!r} has no maintenance: it has no maintenance DAG")
+    m = p.maintenance
+    args: dict[str, Any] = dict(
+        dag_id=p.maintain_dag_id,
+        schedule=m.schedule,
+        start_date=pendulum.parse(p.start_date),
+        catchup=False,
+        max_active_runs=1,
+        default_args={"retries": 0},
+        tags=["kafka-backpressure", p.name, "maintenance", *p.tags],
+        doc_md=(
+            f"Maintains the {p.sink_format} table `{p.sink}` of pipeline `{p.name}`: compacts each partition's "
+            f"small files into files of about {m.target_file_mb} MB"
+            + (f" ordered by `{m.sort_by}`" if m.sort_by else "")
+            + f", expires snapshots and deletes unreferenced files older than {m.retention_hours:g} h. It holds "
+            "the table's ledger lock: batches wait for it, and it waits for a batch's job."
+        ),
+    )
+    args.update(dag_kwargs)
+    with DAG(**args) as dag:
+        MaintainTableOperator(task_id="maintain", pipeline=p, execution_timeout=task_timeouts(p)["maintain"])
+    return dag
+
+
 def build_dags(pipelines: Iterable[PipelineConfig]) -> dict[str, DAG]:
     dags: dict[str, DAG] = {}
     for p in pipelines:
-        for dag in (build_ingest_dag(p), build_replay_dag(p)):
+        built = [build_ingest_dag(p), build_replay_dag(p)]
+        if p.maintenance is not None:
+            built.append(build_maintain_dag(p))
+        for dag in built:
             dags[dag.dag_id] = dag
     return dags

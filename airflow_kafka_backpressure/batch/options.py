@@ -14,6 +14,7 @@ before ``sink_options`` existed; found there they are moved to ``sink_options`` 
 from __future__ import annotations
 
 import logging
+import math
 import re
 import typing
 import warnings
@@ -207,6 +208,78 @@ class SinkOptions(_Options):
         super().__post_init__()
         if self.parquet_plain_columns is not None:  # a JSON list, kept as a tuple (frozen, hashable)
             object.__setattr__(self, "parquet_plain_columns", tuple(self.parquet_plain_columns))
+
+
+def _number_at_least(least: float) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"a number >= {least:g} (got {type(value).__name__})"
+        return None if math.isfinite(value) and value >= least else f"a finite number >= {least:g}"
+
+    return check
+
+
+def _column(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", value)):
+        return None
+    return "a column name (letters, digits, '_'), or null"
+
+
+#: Snapshot and file retention of the maintenance by default: Delta's own default
+#: (``delta.deletedFileRetentionDuration``, 7 days).
+DEFAULT_RETENTION_HOURS = 168.0
+
+
+@dataclass(frozen=True)
+class MaintenanceOptions(_Options):
+    """The table's maintenance (``maintenance`` of a pipeline whose sink is a table format): the
+    DAG ``kbp_maintain_<name>`` compacts small files, expires old snapshots and removes files no
+    snapshot within the retention needs (``sinks/maintenance.py``)."""
+
+    section: typing.ClassVar[str] = "maintenance"
+
+    schedule: str = _option(
+        "@daily",
+        doc="when the maintenance DAG kbp_maintain_<name> runs: a cron expression or an Airflow preset",
+        allowed="a cron expression or @hourly, @daily, @weekly…",
+        check=_optional_text,
+    )
+    retention_hours: float = _option(
+        DEFAULT_RETENTION_HOURS,
+        doc="snapshots (Iceberg), files no longer referenced (Delta VACUUM, Iceberg orphans) and Delta's per-batch transaction ids older than this are dropped; never shorter than the longest a batch can be in flight (checked when the DAGs load, docs/sinks.md)",
+        allowed=">= 1 and >= the pipeline's longest batch in flight",
+        check=_number_at_least(1),
+    )
+    target_file_mb: int = _option(
+        128,
+        doc="compaction merges each partition's small files into files of about this size",
+        allowed=">= 1",
+        check=_int_at_least(1),
+    )
+    sort_by: str | None = _option(
+        None,
+        doc="compaction orders rows by this column (Delta: Z-order by it; Iceberg: sorted files), so a filter on it reads fewer files; null: insertion order",
+        allowed="a column name or null",
+        check=_column,
+    )
+    timeout_minutes: float = _option(
+        60.0,
+        doc="the maintenance task's bound; batches of the table wait for it (it holds the table's ledger lock)",
+        allowed=">= 1",
+        check=_number_at_least(1),
+    )
+
+    @property
+    def retention_s(self) -> float:
+        return float(self.retention_hours) * 3600.0
+
+    @property
+    def target_file_bytes(self) -> int:
+        return int(self.target_file_mb) * 1024 * 1024
+
+    @property
+    def timeout_s(self) -> float:
+        return float(self.timeout_minutes) * 60.0
 
 
 def split_reader_options(value: Any, pipeline: str) -> tuple[Any, dict[str, Any]]:

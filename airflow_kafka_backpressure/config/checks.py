@@ -120,6 +120,8 @@ def check_types(p: Any, bad: Any) -> None:
                     ok = all(isinstance(v, str) for v in value.values())
             elif origin in (str, bool):
                 ok = isinstance(value, origin)
+            elif isinstance(origin, type):  # typed options within a union (maintenance)
+                ok = isinstance(value, origin)
             if ok:
                 break
         if not ok:
@@ -135,7 +137,7 @@ def check_types(p: Any, bad: Any) -> None:
             names = " or ".join(
                 "an object of strings"
                 if typing.get_args(t)[1:] == (str,)
-                else kinds.get(typing.get_origin(t) or t, str(t))
+                else kinds.get(typing.get_origin(t) or t, "an object")
                 for t in allowed
             )
             raise bad(f.name, value, f"must be {names}")

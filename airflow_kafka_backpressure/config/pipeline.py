@@ -20,7 +20,12 @@ from airflow_kafka_backpressure.batch.models import (
     DEFAULT_STALL_TIMEOUT_S,
     writer_problem,
 )
-from airflow_kafka_backpressure.batch.options import ReaderOptions, SinkOptions, split_reader_options
+from airflow_kafka_backpressure.batch.options import (
+    MaintenanceOptions,
+    ReaderOptions,
+    SinkOptions,
+    split_reader_options,
+)
 from airflow_kafka_backpressure.config.checks import (
     SECONDS,
     check_decoding,
@@ -233,6 +238,12 @@ class PipelineConfig:
         "keep every recorded loss",
         allowed="> 0 or null",
     )
+    maintenance: MaintenanceOptions | None = _field(
+        None,
+        doc="table sinks (delta, iceberg): the maintenance DAG kbp_maintain_<name> (compaction, snapshot expiry, "
+        "removal of unreferenced files), a JSON object of the maintenance keys below; null: no maintenance DAG",
+        allowed="a JSON object or null",
+    )
     start_date: str = _field("2026-01-01", doc="the DAGs' start_date (ISO date)")
     tags: tuple[str, ...] = _field((), doc="extra DAG tags", allowed="a list of strings")
 
@@ -290,6 +301,7 @@ class PipelineConfig:
         if option is not None:
             key, shown, why = option
             raise bad(f"sink_options.{key}", shown, f"{why} (sink_format {self.sink_format!r})")
+        self._check_maintenance(bad)
         if self.executor_cores < 1:
             raise bad("executor_cores", self.executor_cores, "must be >= 1")
         if self.ledger_keep_batches is not None and self.ledger_keep_batches < 1:
@@ -310,6 +322,43 @@ class PipelineConfig:
                 self.ledger_keep_losses_days,
                 "must be a finite number of days > 0 (or null: keep every recorded loss)",
             )
+
+    def _check_maintenance(self, bad: Any) -> None:
+        """``maintenance`` needs a table format, and a retention no shorter than a batch's longest
+        time in flight (:attr:`longest_batch_in_flight_s`; docs/sinks.md, "Maintenance")."""
+        if self.maintenance is None:
+            return
+        if not SINK_FORMATS[self.sink_format].maintainable:
+            maintained = ", ".join(n for n, f in SINK_FORMATS.items() if f.maintainable)
+            raise bad(
+                "maintenance",
+                self.maintenance.job_options(),
+                f"sink_format {self.sink_format!r} has no table to maintain (each batch is its own directory); "
+                f"use a table format ({maintained}) or remove maintenance",
+            )
+        least_h = math.ceil(self.longest_batch_in_flight_s / 360.0) / 10.0  # rounded up to 0.1 h
+        if self.maintenance.retention_s < self.longest_batch_in_flight_s:
+            raise bad(
+                "maintenance.retention_hours",
+                self.maintenance.retention_hours,
+                f"shorter than the longest a batch can be in flight ({least_h:g} h: its plan waits up to "
+                f"{self.planned_lease_s:g} s for its ingest task, its job runs up to {self.batch_task_timeout:g} s, and "
+                f"a worker that dies mid-job holds it for its lease of {self.lease_s or DEFAULT_LEASE_S:g} s); the "
+                "maintenance would delete the files and snapshots such a batch's commit and its replay's checks "
+                f"read. Set retention_hours >= {least_h:g}, or lower batch_timeout_s / lease_s",
+            )
+
+    @property
+    def longest_batch_in_flight_s(self) -> float:
+        """The longest a batch's attempt can be between its plan and its commit: its plan waits for
+        its ingest task (:attr:`planned_lease_s`), its job runs (:attr:`batch_task_timeout`), and
+        a worker that died mid-job keeps the attempt in flight until its lease ends. The table's
+        maintenance keeps what such an attempt reads for at least this long."""
+        return self.planned_lease_s + self.batch_task_timeout + (self.lease_s or DEFAULT_LEASE_S)
+
+    @property
+    def maintain_dag_id(self) -> str:
+        return f"kbp_maintain_{self.name}"
 
     # ----- derived names ----------------------------------------------------------------------
     def decoders(self) -> dict[str, RecordDecoder]:
@@ -401,6 +450,8 @@ class PipelineConfig:
         try:
             object.__setattr__(self, "reader_options", ReaderOptions.from_mapping(reader))
             object.__setattr__(self, "sink_options", SinkOptions.from_mapping(sink))
+            if self.maintenance is not None:
+                object.__setattr__(self, "maintenance", MaintenanceOptions.from_mapping(self.maintenance))
         except ValueError as e:
             raise ValueError(f"pipeline {self.name!r}: {e}") from None
 

@@ -22,7 +22,7 @@ from dataclasses import MISSING, Field, fields
 from pathlib import Path
 from typing import Any
 
-from airflow_kafka_backpressure.batch.options import ReaderOptions, SinkOptions
+from airflow_kafka_backpressure.batch.options import MaintenanceOptions, ReaderOptions, SinkOptions
 from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.config.settings import MAP_KEYS, RULES, ControllerSettings
 from airflow_kafka_backpressure.control.modes import REGISTRY as MODES
@@ -69,7 +69,11 @@ def _cell(text: str) -> str:
 
 
 #: Pipeline fields that are typed option sets: their keys follow them as ``<field>.<key>`` rows.
-OPTION_SETS = {"reader_options": ReaderOptions, "sink_options": SinkOptions}
+OPTION_SETS = {
+    "reader_options": ReaderOptions,
+    "sink_options": SinkOptions,
+    "maintenance": MaintenanceOptions,
+}
 
 
 def _row(name: str, f: Field[Any], hint: Any) -> tuple[str, str, str, str, str]:
@@ -93,7 +97,8 @@ def pipeline_rows() -> list[tuple[str, str, str, str, str]]:
         if options is None:
             rows.append(_row(f.name, f, hints[f.name]))
             continue
-        rows.append((f.name, "object", "`{}`", f.metadata["allowed"], f.metadata["doc"]))
+        default = "`null`" if f.default is None else "`{}`"
+        rows.append((f.name, "object", default, f.metadata["allowed"], f.metadata["doc"]))
         option_hints = typing.get_type_hints(options)
         rows += [_row(f"{f.name}.{o.name}", o, option_hints[o.name]) for o in fields(options)]
     return rows

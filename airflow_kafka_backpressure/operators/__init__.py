@@ -1,6 +1,7 @@
-"""Airflow operators of the pipeline: plan → ingest → record → scale, and replay."""
+"""Airflow operators of the pipeline: plan → ingest → record → scale, replay, and the table's maintenance."""
 
 from .ingest import SparkKafkaBatchOperator
+from .maintain import MaintainTableOperator
 from .plan import PlanOffsetRangesOperator
 from .record import RecordBatchMetricsOperator
 from .replay import ReplayCheckOperator, ReplayFailedRangesOperator
@@ -13,4 +14,5 @@ __all__ = [
     "ExecutorScalingOperator",
     "ReplayFailedRangesOperator",
     "ReplayCheckOperator",
+    "MaintainTableOperator",
 ]

@@ -178,13 +178,36 @@ def commit_lock(pipeline: PipelineConfig, ledger: Ledger) -> Any:
     )
 
 
+def table_lock_name(pipeline: PipelineConfig) -> str | None:
+    """The ledger lock of the pipeline's table (:func:`~..sinks.commit_lock_name`), or None when
+    its batches need none."""
+    return commit_lock_name(
+        pipeline.sink_format, pipeline.sink, pipeline.spark_conf, maintained=pipeline.maintenance is not None
+    )
+
+
 def sink_lock_wait_s(pipeline: PipelineConfig) -> float:
     """How long a batch waits for its sink's commit lock (:func:`sink_commit_lock`): as long as
-    another batch's job may hold it (the batch timeout, plus the bound for stopping and marking it);
-    0 when the pipeline's sink needs no lock. The DAGs' task timeouts add it."""
-    if commit_lock_name(pipeline.sink_format, pipeline.sink, pipeline.spark_conf) is None:
+    another batch's job may hold it (the batch timeout, plus the bound for stopping and marking it)
+    or the table's maintenance (its timeout); 0 when the pipeline's sink needs no lock. The DAGs'
+    task timeouts add it."""
+    if table_lock_name(pipeline) is None:
         return 0.0
-    return pipeline.batch_task_timeout
+    maintenance = 0.0 if pipeline.maintenance is None else pipeline.maintenance.timeout_s
+    return max(pipeline.batch_task_timeout, maintenance)
+
+
+def _lock_reason(pipeline: PipelineConfig) -> str:
+    """Why the batches into the pipeline's table hold its ledger lock, for messages."""
+    reason = sink_format_for(pipeline.sink_format, pipeline.sink_options.job_options()).commit_lock_reason(
+        pipeline.sink, pipeline.spark_conf
+    )
+    if reason is not None:
+        return f"batches into this table run one at a time because {reason}"
+    return (
+        f"the table's maintenance (the DAG {pipeline.maintain_dag_id}) compacts it between batches, never "
+        "beside one"
+    )
 
 
 def sink_commit_lock(
@@ -197,15 +220,13 @@ def sink_commit_lock(
 ) -> AbstractContextManager[Any]:
     """The ledger lock of the pipeline's table, held around a batch's job when the sink format's
     commits into it are not safe among concurrent Spark drivers
-    (:meth:`~..sinks.SinkFormat.commit_lock_reason`: Delta on S3); a no-op otherwise. One lock per
-    table (its normalized URI): ingest, replay and cleared runs, of any pipeline sharing the ledger,
-    write it one batch at a time. ``while_waiting`` renews the batch's lease while it waits."""
-    name = commit_lock_name(pipeline.sink_format, pipeline.sink, pipeline.spark_conf)
+    (:meth:`~..sinks.SinkFormat.commit_lock_reason`: Delta on S3) or the table has a maintenance
+    DAG; a no-op otherwise. One lock per table (its normalized URI): ingest, replay and cleared
+    runs, of any pipeline sharing the ledger, and the maintenance write it one at a time.
+    ``while_waiting`` renews the batch's lease while it waits."""
+    name = table_lock_name(pipeline)
     if name is None:
         return nullcontext()
-    reason = sink_format_for(pipeline.sink_format, pipeline.sink_options.job_options()).commit_lock_reason(
-        pipeline.sink, pipeline.spark_conf
-    )
     wait = sink_lock_wait_s(pipeline)
     return ledger_lock(
         ledger,
@@ -214,12 +235,30 @@ def sink_commit_lock(
         while_waiting=while_waiting,
         every_s=every_s,
         held_by=(
-            f"batch {batch_id} of pipeline {pipeline.name!r} waited {wait:g} s (the batch's task timeout) for "
-            f"another batch's job into {pipeline.sink} to end, and it goes on. Batches into this table run one at "
-            f"a time because {reason}. The batch is failed and replayable. Look for a hung batch job writing this "
-            "table (ingest, replay or a cleared run, of this or another pipeline on this ledger); or configure a "
-            "LogStore that is safe among drivers (for S3, Delta's S3DynamoDBLogStore: "
-            "spark.delta.logStore.s3a.impl in the pipeline's spark_conf)"
+            f"batch {batch_id} of pipeline {pipeline.name!r} waited {wait:g} s for another batch's job or the "
+            f"table's maintenance in {pipeline.sink} to end, and it goes on: {_lock_reason(pipeline)}. The batch "
+            "is failed and replayable. Look for a hung batch job writing this table (ingest, replay or a cleared "
+            "run, of this or another pipeline on this ledger) or a hung maintenance task; for Delta on S3, a "
+            "LogStore that is safe among drivers (S3DynamoDBLogStore: spark.delta.logStore.s3a.impl in the "
+            "pipeline's spark_conf) lets batches run side by side"
+        ),
+    )
+
+
+def maintenance_lock(pipeline: PipelineConfig, ledger: Ledger) -> AbstractContextManager[Any]:
+    """The ledger lock of the pipeline's table, held by its maintenance: it waits as long as a
+    batch's job may hold it."""
+    name = table_lock_name(pipeline)
+    assert name is not None, "a maintained table always has a lock"
+    wait = pipeline.batch_task_timeout
+    return ledger_lock(
+        ledger,
+        name,
+        timeout_s=wait,
+        held_by=(
+            f"the maintenance of {pipeline.sink} waited {wait:g} s (a batch's task timeout) for a batch's job into "
+            "the table to end, and it goes on; nothing was changed. Look for a hung batch job writing this table; "
+            "the next maintenance run tries again"
         ),
     )
 

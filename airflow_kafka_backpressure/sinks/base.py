@@ -156,6 +156,8 @@ class SinkFormat(abc.ABC):
     stages_before_commit: ClassVar[bool] = False
     #: it partitions a table by event time (``sink_options.partition_by``)
     partitions: ClassVar[bool] = False
+    #: a pipeline may give it a ``maintenance`` (the DAG ``kbp_maintain_<name>``: :meth:`maintain`)
+    maintainable: ClassVar[bool] = False
 
     @classmethod
     def configured(cls, options: Mapping[str, Any]) -> SinkFormat:
@@ -213,6 +215,16 @@ class SinkFormat(abc.ABC):
         task). Default: refused, the format gives no such reader."""
         raise ValueError(
             f"batch {batch_id}: sink_format {self.name!r} has no reader here: read {path} with Spark"
+        )
+
+    def maintain(self, sink: str, options: Any) -> Any:
+        """Compact the table at ``sink``, expire its old snapshots and delete the files nothing
+        references (``options``: the pipeline's ``MaintenanceOptions``), and return a
+        :class:`~.maintenance.MaintenanceReport`. Runs on the Airflow worker, no Spark session, under
+        the ledger's lock of the table. Default: refused, the format has no table to maintain."""
+        raise SinkFormatError(
+            f"sink_format {self.name!r} has no table to maintain (each batch is its own directory): "
+            f"remove the pipeline's maintenance, or use a table format"
         )
 
     @abc.abstractmethod

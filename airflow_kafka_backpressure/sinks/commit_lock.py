@@ -1,6 +1,8 @@
 """The ledger lock that serializes the batches' jobs into one table, for the sink formats and
 stores whose commit is not safe among concurrent Spark drivers
-(:meth:`~.base.SinkFormat.commit_lock_reason`): Delta on S3 with its default LogStore.
+(:meth:`~.base.SinkFormat.commit_lock_reason`: Delta on S3 with its default LogStore), and for
+every table with a maintenance DAG (the maintenance holds it while it compacts and expires, so
+that it never commits beside a batch).
 
 One lock per table, named by the sink's normalized URI, so that every task that writes the table
 through the pipeline's ledger (ingest, replay, a cleared run; other pipelines sharing the ledger)
@@ -35,13 +37,18 @@ def normalized_sink_uri(sink: str) -> str:
     return f"{scheme}://{parts.netloc.lower()}{path}"
 
 
-def commit_lock_name(sink_format: str, sink: str, spark_conf: Mapping[str, str]) -> str | None:
+def commit_lock_name(
+    sink_format: str, sink: str, spark_conf: Mapping[str, str], *, maintained: bool = False
+) -> str | None:
     """The name of the ledger lock a batch's job into ``sink`` must hold, or None when the format's
     commits into it are safe among concurrent drivers (the Parquet directory's: its commit is its
-    own swap) or the format is not registered here."""
+    own swap) and the table has no maintenance (``maintained``: the pipeline's maintenance DAG
+    holds the lock while it compacts), or the format is not registered here."""
     from . import SINK_FORMATS
 
     fmt = SINK_FORMATS.get(sink_format)
-    if fmt is None or fmt().commit_lock_reason(sink, spark_conf) is None:
+    if fmt is None:
+        return None
+    if not (maintained and fmt.maintainable) and fmt().commit_lock_reason(sink, spark_conf) is None:
         return None
     return f"sink-commit:{normalized_sink_uri(sink)}"

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -224,21 +223,22 @@ class DeltaSink(TableFormat):
         the ``AWS_*`` environment (an ``http://`` ``AWS_ENDPOINT_URL`` is allowed)."""
         import pyarrow.dataset as ds
 
-        try:
-            from deltalake import DeltaTable
-        except ImportError:
-            raise ImportError(
-                f"batch {batch_id} is in the Delta table {path}: reading it without Spark needs "
-                "the deltalake package (pip install 'airflow-provider-kafka-backpressure[delta]')"
-            ) from None
-        uri = "s3://" + path.split("://", 1)[1] if path.startswith(("s3a://", "s3n://")) else path
-        options = (
-            {"AWS_ALLOW_HTTP": "true"} if os.environ.get("AWS_ENDPOINT_URL", "").startswith("http://") else {}
-        )
-        table = DeltaTable(uri, storage_options=options or None).to_pyarrow_dataset()
+        from .delta_maintenance import delta_table
+
+        found = delta_table(path, why=f"reading batch {batch_id} from the Delta table {path} without Spark")
+        if found is None:
+            raise SinkFormatError(f"batch {batch_id}: there is no Delta table at {path}")
+        table = found.to_pyarrow_dataset()
         return table.filter(
             (ds.field(PIPELINE_COLUMN) == pipeline) & (ds.field(BATCH_COLUMN) == int(batch_id))
         )
+
+    def maintain(self, sink: str, options: Any) -> Any:
+        """See :meth:`SinkFormat.maintain`: delta-rs's OPTIMIZE (or Z-order by ``sort_by``), the
+        transaction ids' retention and VACUUM (:mod:`.delta_maintenance`)."""
+        from .delta_maintenance import maintain_delta
+
+        return maintain_delta(sink, options)
 
     def write_batch(
         self,

@@ -19,7 +19,7 @@ How a batch is written (:meth:`IcebergSink.write_batch`):
   ledger's ids started again) is refused before anything is written;
 * the files' row count (their footers) must be the batch's ``expected_records``, before the commit;
 * one transaction: the batch's earlier rows deleted (every attempt after the first, or wherever the
-  table holds a commit of the batch: files of only that batch are dropped, files an compaction
+  table holds a commit of the batch: files of only that batch are dropped, files a compaction
   merged are rewritten without its rows), the new files added, with ``kbp.batch`` = the batch's JSON
   (pipeline, id, attempt, ranges, expected rows, the job's details) on the append snapshot. A
   decoded value's newer compatible schema adds columns (``union_by_name``) in the same transaction.
@@ -220,6 +220,13 @@ class IcebergSink(TableFormat):
         except TableAlreadyExistsError:  # another writer created it first
             pass
         return self.load(sink)
+
+    def maintain(self, sink: str, options: Any) -> Any:
+        """See :meth:`SinkFormat.maintain`: compaction, snapshot expiry and unreferenced files,
+        through pyiceberg (:mod:`.iceberg_maintenance`)."""
+        from .iceberg_maintenance import maintain_iceberg
+
+        return maintain_iceberg(self, sink, options)
 
     # ----- the commit ------------------------------------------------------------------------
     def write_batch(
