@@ -39,8 +39,8 @@ fi
 # foreground 32 min, background 26 min; then the Delta tests of fencing, timeout and the connect
 # engine, about 6 min, joined the foreground, and the cost mode's 4 min moved here. A rehearsal of
 # ebbf9de on 2026-11-29: foreground 58.7 min, background 45.7 min; the two S3 drivers' commit race,
-# 4 min, moved here.)
-BACKGROUND=(tests/faults tests/integration/test_standalone_executors.py tests/integration/test_controller_operators.py tests/integration/test_controller_e2e.py tests/integration/test_secured_kafka.py tests/integration/test_delta_s3_commit_race.py tests/integration/test_typed_records_e2e.py tests/integration/test_iceberg_pipeline.py)
+# 4 min, moved here; the Iceberg maintenance tests, about 1 min, joined it on 2026-11-30.)
+BACKGROUND=(tests/faults tests/integration/test_standalone_executors.py tests/integration/test_controller_operators.py tests/integration/test_controller_e2e.py tests/integration/test_secured_kafka.py tests/integration/test_delta_s3_commit_race.py tests/integration/test_typed_records_e2e.py tests/integration/test_iceberg_pipeline.py tests/integration/test_iceberg_maintenance.py)
 # the foreground names its folders: pytest's --ignore does not drop a folder that pyproject's
 # testpaths names (tests/faults ran in both shards when the foreground relied on it)
 FOREGROUND=(tests/unit tests/integration)
