@@ -4,8 +4,9 @@ For every pipeline of the pipelines file (``$KBP_PIPELINES_FILE``, else ``pipeli
 this file) it builds ``kbp_downstream_<pipeline>``, scheduled on the pipeline's sink Asset with a
 ``PartitionedAssetTimetable``: the ingest and replay tasks emit one event per committed batch with
 the batch id as partition key, and Airflow creates one run per key. The task reads exactly that
-batch without Spark (``batch_dataset``: the batch's Parquet directory, or its rows of a Delta
-table, read with ``deltalake``, the ``delta`` extra) and reports it with the event's ranges. Copy
+batch without Spark (``batch_dataset``: the batch's Parquet directory, or its rows of the Delta
+table version or the Iceberg snapshot its commit created, read with ``deltalake`` or pyiceberg)
+and reports it with the event's ranges. Copy
 this file into your DAGs folder and replace ``read_batch`` with your own processing.
 """
 

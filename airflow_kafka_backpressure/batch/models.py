@@ -292,6 +292,8 @@ class BatchMetrics:
     adopted: bool = False
     #: records of ``records`` that did not decode: committed to the error table, not the sink's rows
     bad_records: int = 0
+    #: what a reader needs to read the sink as the batch's commit left it (a table's version)
+    read_at: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def processing_ms(self) -> int:
@@ -316,6 +318,7 @@ class BatchMetrics:
             "partitions": [p.to_dict() for p in self.partitions],
             "adopted": self.adopted,
             "bad_records": self.bad_records,
+            "read_at": self.read_at,
         }
 
     @classmethod
@@ -331,6 +334,7 @@ class BatchMetrics:
             partitions=tuple(PartitionCount.from_dict(p) for p in d.get("partitions", ())),
             adopted=bool(d.get("adopted", False)),
             bad_records=int(d.get("bad_records") or 0),
+            read_at=dict(d["read_at"]) if isinstance(d.get("read_at"), dict) else None,
         )
 
     def to_xcom(self) -> dict[str, Any]:

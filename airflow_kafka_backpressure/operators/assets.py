@@ -65,6 +65,7 @@ def batch_event_extra(
     output_path: str,
     run_id: str | None = None,
     sink_format: str = DEFAULT_SINK_FORMAT,
+    read_at: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One batch as a downstream DAG sees it (JSON-safe): only non-empty ranges are listed.
     ``sink_format``: the pipeline's; ``output_path``: where that format puts the batch
@@ -78,6 +79,9 @@ def batch_event_extra(
         "output_path": output_path,
         "sink_format": sink_format,
         "planned_by_run_id": run_id,
+        # the table as the batch's commit left it (a Delta version, an Iceberg snapshot and its
+        # metadata file): a downstream task reads exactly that
+        "read_at": None if read_at is None else dict(read_at),
     }
 
 
@@ -135,11 +139,13 @@ def batch_dataset(batch: Mapping[str, Any], pipeline_name: str) -> Any:
     read without Spark by the batch's sink format (:meth:`~.sinks.SinkFormat.batch_dataset`):
 
     * ``parquet``: the batch's directory (``output_path``), every file of it;
-    * ``delta``: the table at ``output_path``, its current version (a newer attempt of the batch
-      replaced its rows in one transaction), filtered to ``kbp_pipeline`` = ``pipeline_name`` and
-      ``kbp_batch_id`` = the batch id. Read with ``deltalake`` (delta-rs; ``pip install
-      airflow-provider-kafka-backpressure[delta]``); ``s3a://`` is read as ``s3://`` with the
-      ``AWS_*`` environment (an ``http://`` ``AWS_ENDPOINT_URL`` is allowed).
+    * ``delta``: the table at ``output_path`` at the version the batch's commit created (the
+      event's ``read_at``; the current version where it names none), filtered to ``kbp_pipeline`` =
+      ``pipeline_name`` and ``kbp_batch_id`` = the batch id. Read with ``deltalake`` (delta-rs;
+      ``pip install airflow-provider-kafka-backpressure[delta]``); ``s3a://`` is read as ``s3://``
+      with the ``AWS_*`` environment (an ``http://`` ``AWS_ENDPOINT_URL`` is allowed);
+    * ``iceberg``: the snapshot the batch's commit created (``read_at``), filtered the same way,
+      read with pyiceberg from the metadata file the event names, without the catalog.
     """
     # events written before they named their sink format were the Parquet directory's
     name = batch.get("sink_format", ParquetSink.name)
@@ -151,5 +157,8 @@ def batch_dataset(batch: Mapping[str, Any], pipeline_name: str) -> Any:
             f"{', '.join(SINK_FORMATS)}"
         ) from None
     return fmt.batch_dataset(
-        str(batch["output_path"]), pipeline=pipeline_name, batch_id=int(batch["batch_id"])
+        str(batch["output_path"]),
+        pipeline=pipeline_name,
+        batch_id=int(batch["batch_id"]),
+        read_at=batch.get("read_at"),
     )

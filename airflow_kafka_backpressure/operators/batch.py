@@ -175,6 +175,7 @@ class BatchRunningOperator(PipelineOperator):
                     ).event_path(plan.sink, plan.batch_id),
                     run_id=plan.run_id,
                     sink_format=self.pipeline.sink_format,
+                    read_at=metrics.read_at,
                 )
             )
         self.log.info(

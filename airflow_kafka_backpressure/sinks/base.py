@@ -57,6 +57,8 @@ class CommittedBatch:
     read_by: str | None = None
     #: records read that did not decode, committed to the error table with the batch
     bad_records: int = 0
+    #: what a reader needs to read the sink as this commit left it (a table's version), or None
+    read_at: Mapping[str, Any] | None = None
 
 
 class SetAside(abc.ABC):
@@ -209,10 +211,13 @@ class SinkFormat(abc.ABC):
         finds the batch. Default: the sink itself (a table holding every batch)."""
         return sink
 
-    def batch_dataset(self, path: str, *, pipeline: str, batch_id: int) -> Any:
+    def batch_dataset(
+        self, path: str, *, pipeline: str, batch_id: int, read_at: Mapping[str, Any] | None = None
+    ) -> Any:
         """The rows of batch ``batch_id`` of ``pipeline``, whose Asset event named ``path``
         (:meth:`event_path`), as a ``pyarrow.dataset.Dataset``, read without Spark (a downstream
-        task). Default: refused, the format gives no such reader."""
+        task); ``read_at``: the table as the batch's commit left it (the event's ``read_at``), where
+        the format records one. Default: refused, the format gives no such reader."""
         raise ValueError(
             f"batch {batch_id}: sink_format {self.name!r} has no reader here: read {path} with Spark"
         )

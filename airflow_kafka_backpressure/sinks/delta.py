@@ -215,12 +215,16 @@ class DeltaSink(TableFormat):
             "committing the same table version at once can overwrite each other's _delta_log entry"
         )
 
-    def batch_dataset(self, path: str, *, pipeline: str, batch_id: int) -> Any:
-        """See :meth:`SinkFormat.batch_dataset`: the table at ``path``, its current version (a newer
-        attempt of the batch replaced its rows in one transaction), filtered to ``kbp_pipeline`` =
-        ``pipeline`` and ``kbp_batch_id`` = ``batch_id``. Read with ``deltalake`` (delta-rs; ``pip
-        install airflow-provider-kafka-backpressure[delta]``); ``s3a://`` is read as ``s3://`` with
-        the ``AWS_*`` environment (an ``http://`` ``AWS_ENDPOINT_URL`` is allowed)."""
+    def batch_dataset(
+        self, path: str, *, pipeline: str, batch_id: int, read_at: Mapping[str, Any] | None = None
+    ) -> Any:
+        """See :meth:`SinkFormat.batch_dataset`: the table at ``path`` as the batch's commit left it
+        (``read_at``: its ``version``; the current version where the event names none, or where
+        that version's log entries are gone: the batch's rows there are its newest attempt's),
+        filtered to ``kbp_pipeline`` = ``pipeline`` and ``kbp_batch_id`` = ``batch_id``. Read with
+        ``deltalake`` (delta-rs; ``pip install airflow-provider-kafka-backpressure[delta]``);
+        ``s3a://`` is read as ``s3://`` with the ``AWS_*`` environment (an ``http://``
+        ``AWS_ENDPOINT_URL`` is allowed)."""
         import pyarrow.dataset as ds
 
         from .delta_maintenance import delta_table
@@ -228,6 +232,18 @@ class DeltaSink(TableFormat):
         found = delta_table(path, why=f"reading batch {batch_id} from the Delta table {path} without Spark")
         if found is None:
             raise SinkFormatError(f"batch {batch_id}: there is no Delta table at {path}")
+        version = (read_at or {}).get("version")
+        if version is not None:
+            try:
+                found.load_as_version(int(version))
+            except Exception as e:  # delta-rs's errors for a version whose log entries were cleaned up
+                log.warning(
+                    "batch %s: version %s of the Delta table %s cannot be read (%s); reading its current version",
+                    batch_id,
+                    version,
+                    path,
+                    e,
+                )
         table = found.to_pyarrow_dataset()
         return table.filter(
             (ds.field(PIPELINE_COLUMN) == pipeline) & (ds.field(BATCH_COLUMN) == int(batch_id))
@@ -427,4 +443,5 @@ class DeltaSink(TableFormat):
             bytes=None if row["bytes"] is None else int(row["bytes"]),
             expected_records=None if expected is None else int(expected),
             details=dict(d.get("details") or {}),
+            read_at={"version": int(row["version"])},
         ), True

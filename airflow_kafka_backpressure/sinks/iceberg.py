@@ -221,6 +221,39 @@ class IcebergSink(TableFormat):
             pass
         return self.load(sink)
 
+    def batch_dataset(
+        self, path: str, *, pipeline: str, batch_id: int, read_at: Mapping[str, Any] | None = None
+    ) -> Any:
+        """See :meth:`SinkFormat.batch_dataset`: the batch's rows in the snapshot its commit created
+        (``read_at``: the snapshot and a metadata file holding it, read without the catalog), or,
+        where the event names none, in the table's current snapshot through the catalog (this
+        format's ``iceberg_catalog_uri``). Read with pyiceberg (the ``iceberg`` extra)."""
+        import pyarrow.dataset as ds
+        from pyiceberg.table import StaticTable
+
+        where = f"batch {batch_id} of pipeline {pipeline!r} in the Iceberg table at {path}"
+        table: Any
+        if read_at and read_at.get("metadata"):
+            try:
+                table = StaticTable.from_metadata(str(read_at["metadata"]), properties=s3_properties())
+            except FileNotFoundError:
+                raise SinkFormatError(
+                    f"{where}: the metadata file {read_at['metadata']} of its commit is gone (the table's maintenance "
+                    "removed it after its retention); read the table's current snapshot through its catalog, "
+                    f"filtered on {BATCH_COLUMN} = {batch_id}"
+                ) from None
+            snapshot_id = read_at.get("snapshot_id")
+        else:
+            table = self.load(path) if self.catalog_uri else None
+            if table is None:
+                raise SinkFormatError(
+                    f"{where}: its event names no snapshot (read_at) and no catalog is configured here; read the "
+                    f"table through its catalog, filtered on {BATCH_COLUMN} = {batch_id}"
+                )
+            snapshot_id = None
+        rows = table.scan(row_filter=_batch_filter(pipeline, batch_id), snapshot_id=snapshot_id).to_arrow()
+        return ds.dataset(rows)
+
     def maintain(self, sink: str, options: Any) -> Any:
         """See :meth:`SinkFormat.maintain`: compaction, snapshot expiry and unreferenced files,
         through pyiceberg (:mod:`.iceberg_maintenance`)."""
@@ -402,6 +435,8 @@ def _newest_commit(table: Any, pipeline: str, batch_id: int) -> BatchCommit | No
             bytes=int(props.get("added-files-size", 0)),
             expected_records=None if expected is None else int(expected),
             details=dict(d.get("details") or {}),
+            # the snapshot, and a metadata file that holds it: a reader needs no catalog
+            read_at={"snapshot_id": int(snapshot.snapshot_id), "metadata": table.metadata_location},
         )
     return None
 

@@ -191,7 +191,9 @@ class BatchCommit:
     ``version``: the sink's own version of the commit (a Delta table version), when it has one;
     ``bytes``: the data it added, when the sink says; ``expected_records``: the rows the writer said
     the batch must publish (None if it did not say); ``details``: what the writer stored with the
-    commit (the job's per-partition record counts)."""
+    commit (the job's per-partition record counts); ``read_at``: what a reader needs to read the
+    table as this commit left it (JSON-able; the format's :meth:`~.base.SinkFormat.batch_dataset`
+    takes it), or None."""
 
     pipeline: str
     batch_id: int
@@ -203,6 +205,7 @@ class BatchCommit:
     bytes: int | None = field(default=None, compare=False)
     expected_records: int | None = field(default=None, compare=False)
     details: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    read_at: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def count_problem(self) -> str | None:
         """Why the commit does not hold the rows its batch must publish (its row count is not the
@@ -229,6 +232,7 @@ class BatchCommit:
             executors=int(self.details.get("executors", 1 if self.record_count else 0)),
             read_by=self.details.get("reader"),
             bad_records=int(self.details.get("bad_records") or 0),
+            read_at=None if self.read_at is None else dict(self.read_at),
         )
 
 

@@ -402,6 +402,7 @@ def batch_metrics(
         partitions=tuple(PartitionCount(r.topic, r.partition, counts.get(r.tp, 0)) for r in committed.ranges),
         adopted=adopted,
         bad_records=committed.bad_records,
+        read_at=None if committed.read_at is None else dict(committed.read_at),
     )
 
 

@@ -203,6 +203,25 @@ def test_a_newer_attempt_replaces_the_batch_rows_and_an_older_one_is_refused(del
     assert [m["attempt"] for m in batch_commits(delta_spark, table, 5) if m["pipeline"] == PIPELINE] == [1, 2]
 
 
+def test_a_downstream_task_reads_the_version_a_batch_committed(delta_spark, tmp_path):
+    """The commit's ``read_at`` (the table version: what the batch's Asset event carries) reads
+    the rows that version holds, with delta-rs, even after a newer attempt replaced them; without
+    it, the current version."""
+    table = str(tmp_path / "t")
+    first = write(delta_spark, table, 5, attempt=1, n=6)
+    write(delta_spark, table, 6, attempt=1, n=4)
+    second = write(delta_spark, table, 5, attempt=2, n=3, planned=ranges(5, 6))
+    assert (first.read_at, second.read_at) == ({"version": 0}, {"version": 2})
+
+    def read(read_at) -> list[int]:
+        rows = DeltaSink().batch_dataset(table, pipeline=PIPELINE, batch_id=5, read_at=read_at).to_table()
+        return sorted(rows.column("written_by").to_pylist())
+
+    assert read(first.read_at) == [1] * 6
+    assert read(second.read_at) == [2] * 3
+    assert read(None) == [2] * 3
+
+
 def test_a_first_attempt_appends_and_a_later_one_replaces_the_batch(delta_spark, tmp_path):
     """Attempt 1 of a batch is a plain append (it reads no data file of the table, so its cost does
     not grow with the table); a later attempt overwrites with ``replaceWhere`` on the batch."""

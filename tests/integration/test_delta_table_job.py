@@ -350,3 +350,38 @@ def test_vacuum_deletes_only_what_the_table_no_longer_references(delta_spark, tm
     assert on_disk == live
     assert ids(table) == rows
     assert delta_spark.read.format("delta").load(table).count() == 90  # Spark reads it whole too
+
+
+def test_on_s3_delta_rs_compacts_and_vacuums_between_the_sinks_commits(
+    delta_spark, s3_server, s3_bucket, monkeypatch
+):
+    """The same maintenance on a table in a bucket of the session's S3 server: Spark's sink writes
+    through ``s3a://``, delta-rs compacts and VACUUMs through the worker's AWS_* environment (its
+    commit in unsafe-rename mode, which the table's ledger lock makes safe), and the sink's replay
+    after it replaces exactly its batch."""
+    from pyarrow.fs import FileSelector
+
+    for key, value in s3_server.aws_environment().items():
+        monkeypatch.setenv(key, value)
+    table = f"s3a://{s3_bucket}/events"
+    for batch_id in (1, 2, 3):
+        sink_batch(delta_spark, table, batch_id, 1, n=12)
+    fs = s3_server.filesystem()
+    stray = f"{s3_bucket}/events/kbp_day=1970-01-02/part-99999-never-committed.snappy.parquet"
+    with fs.open_output_stream(stray) as f:
+        f.write(b"PAR1 never committed")
+
+    report = DeltaSink().maintain(table, options(retention_s=0))
+
+    assert max(p.files for p in report.after.values()) == 1
+    assert report.files_removed == sum(p.files for p in report.before.values()) >= 9
+    listed = {
+        i.path
+        for i in fs.get_file_info(FileSelector(f"{s3_bucket}/events", recursive=True))
+        if i.is_file and "_delta_log" not in i.path
+    }
+    assert stray not in listed and len(listed) == 3  # one compacted file a day, nothing else
+    commit = sink_batch(delta_spark, table, 1, 2, n=12)
+    assert (commit.attempt, commit.record_count) == (2, 12)
+    got = delta_spark.read.format("delta").load(table).groupBy(BATCH_COLUMN, "written_by").count().collect()
+    assert {(r[0], r[1]): r[2] for r in got} == {(1, 2): 12, (2, 1): 12, (3, 1): 12}

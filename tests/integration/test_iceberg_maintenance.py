@@ -75,7 +75,7 @@ def appended(sink_format: IcebergSink, sink: str, batch_ids: range, n: int) -> N
         table = sink_format.load(sink) or sink_format._create(sink, batch_rows(0, 1).schema, DAY)
         with table.transaction() as tx:
             for batch_id in batch_ids[chunk : chunk + 10]:
-                files = _batch_files(sink, batch_id, n)
+                files = _batch_files(sink, batch_id, n, None if "://" not in sink else sink_format.io(sink))
                 meta = {
                     "pipeline": PIPELINE,
                     "batch_id": batch_id,
@@ -88,18 +88,24 @@ def appended(sink_format: IcebergSink, sink: str, batch_ids: range, n: int) -> N
                 )
 
 
-def _batch_files(sink: str, batch_id: int, n: int) -> list[str]:
+def _batch_files(sink: str, batch_id: int, n: int, io=None) -> list[str]:
+    """Batch ``batch_id``'s Parquet files, one per day its rows span (through ``io``, pyiceberg's
+    file IO of the sink's store; local files by default)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     rows = batch_rows(batch_id, n)
     folder = f"{sink}/data/{BATCH_COLUMN}={batch_id}/1-standin"
-    os.makedirs(folder, exist_ok=True)
     days = pc.floor_temporal(rows.column("timestamp"), unit="day")
     files = []
     for k, day in enumerate(sorted(set(days.to_pylist()))):
         files.append(f"{folder}/part-{k}.parquet")
-        pq.write_table(rows.filter(pc.equal(days, day)), files[-1])
+        if io is None:
+            os.makedirs(folder, exist_ok=True)
+            pq.write_table(rows.filter(pc.equal(days, day)), files[-1])
+        else:
+            with io.new_output(files[-1]).create() as stream:
+                pq.write_table(rows.filter(pc.equal(days, day)), stream)
     return files
 
 
@@ -289,3 +295,36 @@ def test_the_maintenance_dag_compacts_the_table_under_airflow(
         {(b, b * 1000 + i): 1 for b in range(1, 5) for i in range(6)}
     )
     assert af.load_dag(p.maintain_dag_id).tasks[0].execution_timeout.total_seconds() >= 3600
+
+
+def test_on_s3_compaction_and_orphan_removal_go_through_the_object_store(
+    tmp_path, s3_server, s3_bucket, monkeypatch
+):
+    """The same maintenance on a table in a bucket of the session's S3 server (``s3a://``, the
+    store's AWS_* environment on the worker, as the Iceberg sink reads it): files listed, merged and
+    deleted through the object store."""
+    from pyarrow.fs import FileSelector
+
+    for key, value in s3_server.aws_environment().items():
+        monkeypatch.setenv(key, value)
+    sink_format = IcebergSink(f"sqlite:///{tmp_path}/catalog.db")
+    sink = f"s3a://{s3_bucket}/events"
+    appended(sink_format, sink, range(1, 11), 6)
+    stray = f"{s3_bucket}/events/data/{BATCH_COLUMN}=11/1-dead/part-0.parquet"
+    fs = s3_server.filesystem()
+    with fs.open_output_stream(stray) as f:
+        f.write(b"PAR1 never committed")
+    rows = ids(sink_format.load(sink))
+
+    report = sink_format.maintain(sink, options(retention_s=0))
+
+    table = sink_format.load(sink)
+    assert ids(table) == rows and max(files_per_partition(table).values()) == 1
+    assert report.files_removed == 30 and report.files_deleted >= 31
+    listed = {
+        i.path
+        for i in fs.get_file_info(FileSelector(f"{s3_bucket}/events/data", recursive=True))
+        if i.is_file
+    }
+    live = {t.file.file_path.split("://", 1)[1] for t in table.scan().plan_files()}
+    assert listed == live

@@ -107,3 +107,13 @@ def test_an_iceberg_pipeline_ingests_fails_replays_and_rewrites_each_record_once
         json.dumps(r.to_dict(), sort_keys=True) for r in ledger.batch(2).plan.ranges
     )
     assert sum(x["records"] for x in commits[-1]["details"]["partitions"]) == 20
+
+    # a downstream task reads the snapshot the batch's commit created, without the catalog
+    # (assets.batch_dataset with the read_at of the batch's metrics and Asset event)
+    from airflow_kafka_backpressure.operators.assets import batch_dataset
+
+    read_at = again.xcoms["ingest"]["read_at"]
+    assert read_at["snapshot_id"] == table(uri, "kbp.events").current_snapshot().snapshot_id
+    event = {"batch_id": 2, "output_path": sink, "sink_format": "iceberg", "read_at": read_at}
+    values = batch_dataset(event, p.name).to_table(columns=["value"]).column("value").to_pylist()
+    assert sorted(json.loads(v)["id"] for v in values) == list(range(40, 60))

@@ -343,3 +343,29 @@ def test_a_batch_spanning_three_days_lands_in_three_partitions_and_its_replay_re
             spark, days_rows(spark, 4, 3, 1), str(tmp_path / "u"), pipeline=PIPELINE, batch_id=4, attempt=1,
             ranges=ranges(4, 3), expected_records=3, partition_by=PartitionBy("day", "created"),
         )  # fmt: skip
+
+
+def test_a_downstream_task_reads_the_snapshot_a_batch_committed_without_the_catalog(
+    spark, tmp_path, catalog_uri
+):
+    """The commit's ``read_at`` (its snapshot and a metadata file holding it: what the batch's Asset
+    event carries) reads exactly the rows that commit left, with no catalog, even after a newer
+    attempt replaced them; without it, the current snapshot through the catalog, or a message."""
+    table = str(tmp_path / "t")
+    first = write(spark, catalog_uri, table, 1, attempt=1, n=10)
+    write(spark, catalog_uri, table, 2, attempt=1, n=5)
+    second = write(spark, catalog_uri, table, 1, attempt=2, n=8, planned=ranges(1, 10))
+    assert first.read_at["snapshot_id"] == first.version and first.read_at["metadata"].endswith(
+        ".metadata.json"
+    )
+
+    def read(read_at, fmt=IcebergSink()) -> Counter:
+        rows = fmt.batch_dataset(table, pipeline=PIPELINE, batch_id=1, read_at=read_at).to_table()
+        assert set(rows.column(BATCH_COLUMN).to_pylist()) <= {1}
+        return Counter(rows.column("written_by").to_pylist())
+
+    assert read(first.read_at) == {1: 10}  # attempt 1's snapshot, though attempt 2 replaced it since
+    assert read(second.read_at) == {2: 8}
+    assert read(None, IcebergSink(catalog_uri)) == {2: 8}  # the current snapshot, through the catalog
+    with pytest.raises(SinkFormatError, match="names no snapshot .read_at. and no catalog"):
+        read(None)

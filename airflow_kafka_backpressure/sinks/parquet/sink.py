@@ -19,7 +19,7 @@ Nothing here imports pyspark at import time: the Airflow side asks the format it
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from airflow_kafka_backpressure.batch.models import JobSpec, OffsetRange, TopicPartition, batch_path
@@ -58,8 +58,10 @@ class ParquetSink(SinkFormat):
         """The batch's own directory."""
         return batch_path(sink, batch_id)
 
-    def batch_dataset(self, path: str, *, pipeline: str, batch_id: int) -> Any:
-        """The batch's directory, every file of it."""
+    def batch_dataset(
+        self, path: str, *, pipeline: str, batch_id: int, read_at: Mapping[str, Any] | None = None
+    ) -> Any:
+        """The batch's directory, every file of it (it never changes: ``read_at`` is not needed)."""
         import pyarrow.dataset as ds
 
         return ds.dataset(path, format="parquet")
