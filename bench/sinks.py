@@ -40,8 +40,13 @@ gateway on 127.0.0.1, :class:`~kbp_local.s3.S3Server`):
   into the log directly, then a checkpoint (delta-rs) as Spark keeps one (:func:`prefill_delta`).
   One untimed product commit follows each prefill (Spark reads the new log), then the timed ones. ``--conf`` passes Spark settings to compare.
 
+* **compaction** (``--compaction``): after a table format's history, a reader's two queries (a scan
+  of every row, one batch's rows; without Spark: delta-rs and pyiceberg) timed before and after
+  one run of the table's maintenance (``SinkFormat.maintain``), and the maintenance's own time.
+
     PYTHONPATH=. .venv/bin/python bench/sinks.py                                  # 1M records; history 10 → 100
     PYTHONPATH=. .venv/bin/python bench/sinks.py --history 10,10000 --prefill --skip-throughput
+    PYTHONPATH=. .venv/bin/python bench/sinks.py --skip-throughput --history 10,200 --history-formats delta,iceberg --compaction
     PYTHONPATH=. .venv/bin/python bench/sinks.py --records 100000 --repeat 1 --history 10,50   # a quick look
 """
 
@@ -62,6 +67,7 @@ from airflow_kafka_backpressure.config.pipeline import PipelineConfig
 from airflow_kafka_backpressure.config.sink_placement import sink_refusal
 from airflow_kafka_backpressure.sinks import TableFormat, sink_format_for
 from airflow_kafka_backpressure.sinks.parquet import write as parquet_sink
+from airflow_kafka_backpressure.sinks.parquet.commit import batch_dir_name
 
 REPO = Path(__file__).resolve().parents[1]
 PIPELINE, TOPIC, PARTITIONS = "bench", "bench-events", 4
@@ -202,6 +208,61 @@ def history(spark: Any, args: argparse.Namespace, where: dict[str, Callable[[str
                 + "; ".join(line)
                 + f"; last/first: commit {commit:.2f}x, replays {committed:.2f}x and {fresh:.2f}x{how}"
             )
+            if args.compaction and fmt != "parquet":
+                compaction(args, fmt, sink, checkpoints[-1])
+
+
+def queries(fmt: Any, sink: str, batch_id: int) -> tuple[float, float]:
+    """The medians of 3 runs of two queries a reader of the table runs, in seconds, without Spark
+    (Iceberg's Spark runtime does not exist for Spark 4.2): a scan of every row's ``offset``
+    (summed), and one batch's rows (``batch_dataset``: the table filtered to the batch, its files
+    pruned by their statistics)."""
+    import pyarrow.compute as pc
+
+    def scan() -> None:
+        if fmt.name == "delta":
+            from airflow_kafka_backpressure.sinks.delta_maintenance import delta_table
+
+            table = delta_table(sink, why="the bench").to_pyarrow_dataset().to_table(columns=["offset"])
+        else:
+            table = fmt.load(sink).scan(selected_fields=("offset",)).to_arrow()
+        pc.sum(table.column("offset"))
+
+    def one_batch() -> None:
+        assert fmt.batch_dataset(sink, pipeline=PIPELINE, batch_id=batch_id).count_rows() > 0
+
+    def median(query: Callable[[], None]) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            query()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    return median(scan), median(one_batch)
+
+
+def compaction(args: argparse.Namespace, name: str, sink: str, batches: int) -> None:
+    """A reader's queries on the table of ``batches`` small batches before and after one run of the
+    table's maintenance (the product's ``SinkFormat.maintain``: compaction into 128 MB files and
+    the default retention of 168 h, so nothing is expired or vacuumed yet), and the maintenance's
+    own time."""
+    from airflow_kafka_backpressure.batch.options import MaintenanceOptions
+
+    fmt = sink_format_for(name, {"iceberg_catalog_uri": ICEBERG_CATALOG[0]})
+    middle = batches // 2
+    before = queries(fmt, sink, middle)
+    t0 = time.perf_counter()
+    report = fmt.maintain(sink, MaintenanceOptions())
+    took = time.perf_counter() - t0
+    after = queries(fmt, sink, middle)
+    files = (sum(p.files for p in report.before.values()), sum(p.files for p in report.after.values()))
+    print(
+        f"    compaction at {batches:,} batches: {files[0]:,} -> {files[1]:,} data files in {took:.1f} s; "
+        f"a scan of every row {before[0] * 1000:.0f} -> {after[0] * 1000:.0f} ms "
+        f"({after[0] / before[0]:.2f}x), one batch's rows {before[1] * 1000:.0f} -> {after[1] * 1000:.0f} ms "
+        f"({after[1] / before[1]:.2f}x)"
+    )
 
 
 def batch_ranges(batch_id: int, rows: int) -> list[OffsetRange]:
@@ -221,10 +282,10 @@ def prefill_parquet(sink: str, start: int, stop: int, rows: int) -> None:
     import json
 
     root = Path(sink)
-    template = root / parquet_sink.batch_dir_name(0)
+    template = root / batch_dir_name(0)
     manifest = json.loads((template / "_manifest.json").read_text())
     for batch_id in range(start, stop):
-        target = root / parquet_sink.batch_dir_name(batch_id)
+        target = root / batch_dir_name(batch_id)
         shutil.copytree(template, target)
         manifest.update(batch_id=batch_id, ranges=[r.to_dict() for r in batch_ranges(batch_id, rows)])
         (target / "_manifest.json").write_text(json.dumps(manifest))
@@ -400,6 +461,11 @@ def main() -> None:
         help="fill the history of local sinks between checkpoints without Spark (see the module doc)",
     )
     ap.add_argument("--samples", type=int, default=5)
+    ap.add_argument(
+        "--compaction",
+        action="store_true",
+        help="after each table format's history: queries before and after the table's maintenance",
+    )
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-history", action="store_true")
     ap.add_argument(

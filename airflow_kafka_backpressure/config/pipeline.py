@@ -421,6 +421,11 @@ class PipelineConfig:
         return f"kbp.{self.name}.executor_target"
 
     @property
+    def maintenance_variable(self) -> str:
+        """The last maintenance's reports (JSON), written by the maintenance task."""
+        return f"kbp.{self.name}.maintenance"
+
+    @property
     def ingest_dag_id(self) -> str:
         return f"kbp_ingest_{self.name}"
 

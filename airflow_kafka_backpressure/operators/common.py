@@ -124,6 +124,14 @@ def save_executor_target(pipeline: PipelineConfig, state: dict[str, Any]) -> Non
     )
 
 
+def save_maintenance(pipeline: PipelineConfig, state: dict[str, Any]) -> None:
+    Variable.set(
+        pipeline.maintenance_variable,
+        json.dumps(state, sort_keys=True),
+        description=f"The last maintenance of pipeline {pipeline.name}'s table (written by the maintenance task).",
+    )
+
+
 def ledger_for(pipeline: PipelineConfig) -> Ledger:
     return LedgerHook(pipeline.ledger_conn_id).get_conn()
 

@@ -15,13 +15,14 @@ from typing import Any
 
 from ..sinks import sink_format_for
 from .base import PipelineOperator
-from .common import maintenance_lock
+from .common import maintenance_lock, save_maintenance
 
 
 class MaintainTableOperator(PipelineOperator):
     """Maintains the pipeline's table (and its error table, for a pipeline that decodes records)
     as the pipeline's ``maintenance`` says. XCom: one report per table (files and bytes per
-    partition before and after, what compaction replaced, snapshots expired, files deleted)."""
+    partition before and after, what compaction replaced, snapshots expired, files deleted); the
+    Variable ``kbp.<name>.maintenance`` keeps the last run's, which the monitoring page shows."""
 
     ui_color = "#e8f0fd"
 
@@ -41,6 +42,8 @@ class MaintainTableOperator(PipelineOperator):
                 report = fmt.maintain(sink, options)
                 self.log.info("Maintenance: %s", report.summary())
                 reports.append(report.as_dict())
+        # the monitoring page shows the last one (files and bytes per partition, what it did)
+        save_maintenance(p, {"run_id": context["run_id"], "at": context["ts"], "tables": reports})
         return reports
 
     def on_kill(self) -> None:

@@ -46,6 +46,7 @@ _VARIABLE_SUFFIXES = {
     "settings": "settings",
     "controller_state": "controller_state",
     "executor_target": "executor_target",
+    "maintenance": "maintenance",
 }
 
 

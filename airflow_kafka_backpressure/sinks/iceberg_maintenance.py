@@ -10,9 +10,11 @@ expiry but no rewrite of data files, so the compaction is here):
   is (its rows are not all live). A later rewrite of a batch (a replay) deletes its rows from the
   merged files by their statistics, copying the other batches' rows;
 * **snapshot expiry**: snapshots older than the retention go (never a branch's or tag's head);
-* **unreferenced files**: files under the table's location that no remaining snapshot or metadata
-  file references and older than the retention are deleted: the small files compaction
-  replaced, the data of expired snapshots, an attempt's files that never committed.
+* **unreferenced files**: files in the table's ``data/`` and ``metadata/`` folders that no
+  remaining snapshot or metadata file references and older than the retention are deleted: the
+  small files compaction replaced, the data of expired snapshots, an attempt's files that never
+  committed (nothing else under the table's location is touched: a catalog's SQLite file kept
+  there stays).
 """
 
 from __future__ import annotations
@@ -137,20 +139,26 @@ def _referenced(table: Any, io: Any) -> set[str]:
     return {PyArrowFileIO.parse_location(p)[2] for p in paths}
 
 
+#: The folders under a table's location that hold its files (Iceberg's defaults, where pyiceberg
+#: and the sink write): nothing else there is looked at, let alone deleted
+TABLE_FOLDERS = ("data", "metadata")
+
+
 def _unreferenced(table: Any, io: Any, older_than: float) -> Iterable[str]:
-    """The paths (as the file system lists them) of files under the table's location that nothing
-    references and that were last modified before ``older_than`` (seconds since the epoch)."""
+    """The paths of files in the table's folders (:data:`TABLE_FOLDERS`) that nothing references
+    and that were last modified before ``older_than`` (seconds since the epoch)."""
     from pyarrow.fs import FileSelector, FileType
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     scheme, netloc, root = PyArrowFileIO.parse_location(table.location().rstrip("/"))
     fs = io.fs_by_scheme(scheme, netloc)
     referenced = _referenced(table, io)
-    for info in fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True)):
-        if info.type != FileType.File or info.path in referenced:
-            continue
-        if info.mtime is not None and info.mtime.timestamp() < older_than:
-            yield f"{scheme}://{info.path}" if scheme != "file" else info.path
+    for folder in TABLE_FOLDERS:
+        for info in fs.get_file_info(FileSelector(f"{root}/{folder}", recursive=True, allow_not_found=True)):
+            if info.type != FileType.File or info.path in referenced:
+                continue
+            if info.mtime is not None and info.mtime.timestamp() < older_than:
+                yield f"{scheme}://{info.path}" if scheme != "file" else info.path
 
 
 def maintain_iceberg(sink_format: Any, sink: str, options: Any) -> MaintenanceReport:

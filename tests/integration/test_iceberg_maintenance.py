@@ -153,6 +153,8 @@ def test_expiry_drops_old_snapshots_and_deletes_only_files_nothing_references(tm
     stray = tmp_path / "events" / "data" / f"{BATCH_COLUMN}=6" / "1-dead" / "part-0.parquet"
     stray.parent.mkdir(parents=True)
     stray.write_bytes(b"PAR1 never committed")
+    kept_beside = tmp_path / "events" / "notes.txt"  # not the table's: in none of its folders
+    kept_beside.write_text("a user's file beside the table's folders")
     before = sink_format.load(sink)
     snapshots_before, rows = len(before.snapshots()), ids(before)
 
@@ -160,7 +162,7 @@ def test_expiry_drops_old_snapshots_and_deletes_only_files_nothing_references(tm
 
     table = sink_format.load(sink)
     assert ids(table) == rows
-    assert not stray.exists()
+    assert not stray.exists() and kept_beside.exists()
     assert report.snapshots_expired == snapshots_before + 1 - len(table.snapshots()) > 0
     live = {t.file.file_path.removeprefix("file:") for t in table.scan().plan_files()}
     on_disk = {str(p) for p in (tmp_path / "events" / "data").rglob("*.parquet")}
@@ -214,8 +216,9 @@ def test_a_replay_after_a_compaction_rewrites_only_its_batch(spark, tmp_path):
 
 def test_a_batch_and_a_maintenance_racing_through_the_tables_lock_lose_and_repeat_nothing(spark, tmp_path):
     """Batches committed by the sink (Spark) under the ledger's lock of the table while maintenance
-    runs, in a loop, under the same lock (as the ingest task and the maintenance task hold it):
-    every row once, every batch's commit readable."""
+    runs, in a loop, under the same lock (as the ingest task and the maintenance task hold it): a
+    maintenance run between every two batches (each waiting on the lock while a batch holds it),
+    every row once."""
     from airflow_kafka_backpressure.config.pipeline import PipelineConfig
     from airflow_kafka_backpressure.ledger import Ledger
     from airflow_kafka_backpressure.operators.common import maintenance_lock, sink_commit_lock
@@ -261,11 +264,18 @@ def test_a_batch_and_a_maintenance_racing_through_the_tables_lock_lose_and_repea
                     expected_records=n,
                     partition_by=DAY,
                 )
+            # the next batch waits for a maintenance run to take the lock in between (a lock is
+            # not fair: the batch loop could take it back every time and nothing would interleave)
+            before = len(runs)
+            deadline = time.monotonic() + 60
+            while len(runs) == before and not errors and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(runs) > before or errors, "no maintenance run between two batches in 60 s"
     finally:
         done.set()
         worker.join(120)
     assert not errors, errors
-    assert len(runs) >= 2 and any(r.files_removed for r in runs)
+    assert len(runs) >= 6 and any(r.files_removed for r in runs)
     table = IcebergSink(uri).load(sink)
     assert ids(table) == Counter({(b, b * 1000 + i): 1 for b in range(1, 7) for i in range(20)})
 
@@ -291,6 +301,8 @@ def test_the_maintenance_dag_compacts_the_table_under_airflow(
     (report,) = run.xcoms["maintain"]
     assert report["format"] == "iceberg" and report["files_removed"] == 12
     assert {part["files"] for part in report["after"].values()} == {1}
+    kept = af.variable(p.maintenance_variable)  # what the monitoring page shows
+    assert kept["tables"] == [report] and kept["run_id"] == run.run_id
     assert ids(IcebergSink(uri).load(sink)) == Counter(
         {(b, b * 1000 + i): 1 for b in range(1, 5) for i in range(6)}
     )

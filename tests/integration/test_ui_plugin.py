@@ -64,6 +64,14 @@ CONTROLLER = {
         "planned_at_ms": 1,
     },
 }
+#: what the maintenance task keeps of its last run (operators/maintain.py)
+MAINTENANCE = {
+    "run_id": "scheduled__2026-01-02T03:00:00+00:00",
+    "at": "2026-01-02T03:00:00+00:00",
+    "tables": [
+        {"table": "/data/t", "format": "delta", "after": {"kbp_day=2026-01-01": {"files": 1, "bytes": 2048}}}
+    ],
+}
 TARGET = {
     "executors": 3,
     "changed_after_batch": 2,
@@ -146,6 +154,7 @@ def airflow_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
             ("settings", SETTINGS),
             ("controller_state", CONTROLLER),
             ("executor_target", TARGET),
+            ("maintenance", MAINTENANCE),
         ):
             Variable.set(f"kbp.{P}.{suffix}", json.dumps(value))
         ids = _fill_ledger(ledger_url)
@@ -170,7 +179,7 @@ def airflow_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         try:
             from airflow.models import Variable
 
-            for suffix in ("settings", "controller_state", "executor_target"):
+            for suffix in ("settings", "controller_state", "executor_target", "maintenance"):
                 Variable.delete(f"kbp.{P}.{suffix}")
         except Exception:
             pass
@@ -328,6 +337,7 @@ def test_state_shows_variables_only_to_users_who_may_read_them(airflow_app: dict
     }
     assert body["variables"]["controller_state"]["value"] == CONTROLLER
     assert body["variables"]["executor_target"]["value"] == TARGET
+    assert body["variables"]["maintenance"]["value"] == MAINTENANCE  # the last maintenance's report
     assert body["thresholds"] == {"scaling_up_ratio": 0.8, "scaling_down_ratio": 0.25, "source": "settings"}
     assert body["current"] == {
         "executors": 3,
