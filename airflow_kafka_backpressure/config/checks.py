@@ -8,6 +8,7 @@ Airflow import.
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from dataclasses import fields
@@ -15,6 +16,7 @@ from typing import Any
 
 from airflow_kafka_backpressure.decoders import DECODERS, DecoderError, RecordDecoder
 from airflow_kafka_backpressure.decoders.decoding import bound_problem
+from airflow_kafka_backpressure.sinks import SINK_FORMATS
 
 #: Fields holding seconds: each a finite number > 0 (or null where the field allows it).
 SECONDS = (
@@ -141,3 +143,30 @@ def check_types(p: Any, bad: Any) -> None:
                 for t in allowed
             )
             raise bad(f.name, value, f"must be {names}")
+
+
+def check_maintenance(p: Any, bad: Any, default_lease_s: float) -> None:
+    """``maintenance`` needs a table format, and a retention no shorter than a batch's longest
+    time in flight (``longest_batch_in_flight_s``; docs/sinks.md, "Maintenance"); ``default_lease_s``:
+    the lease of a pipeline that sets none."""
+    if p.maintenance is None:
+        return
+    if not SINK_FORMATS[p.sink_format].maintainable:
+        maintained = ", ".join(n for n, f in SINK_FORMATS.items() if f.maintainable)
+        raise bad(
+            "maintenance",
+            p.maintenance.job_options(),
+            f"sink_format {p.sink_format!r} has no table to maintain (each batch is its own directory); "
+            f"use a table format ({maintained}) or remove maintenance",
+        )
+    least_h = math.ceil(p.longest_batch_in_flight_s / 360.0) / 10.0  # rounded up to 0.1 h
+    if p.maintenance.retention_s < p.longest_batch_in_flight_s:
+        raise bad(
+            "maintenance.retention_hours",
+            p.maintenance.retention_hours,
+            f"shorter than the longest a batch can be in flight ({least_h:g} h: its plan waits up to "
+            f"{p.planned_lease_s:g} s for its ingest task, its job runs up to {p.batch_task_timeout:g} s, and "
+            f"a worker that dies mid-job holds it for its lease of {p.lease_s or default_lease_s:g} s); the "
+            "maintenance would delete the files and snapshots such a batch's commit and its replay's checks "
+            f"read. Set retention_hours >= {least_h:g}, or lower batch_timeout_s / lease_s",
+        )

@@ -29,6 +29,7 @@ from airflow_kafka_backpressure.batch.options import (
 from airflow_kafka_backpressure.config.checks import (
     SECONDS,
     check_decoding,
+    check_maintenance,
     check_timing,
     check_types,
 )
@@ -301,7 +302,7 @@ class PipelineConfig:
         if option is not None:
             key, shown, why = option
             raise bad(f"sink_options.{key}", shown, f"{why} (sink_format {self.sink_format!r})")
-        self._check_maintenance(bad)
+        check_maintenance(self, bad, DEFAULT_LEASE_S)
         if self.executor_cores < 1:
             raise bad("executor_cores", self.executor_cores, "must be >= 1")
         if self.ledger_keep_batches is not None and self.ledger_keep_batches < 1:
@@ -321,31 +322,6 @@ class PipelineConfig:
                 "ledger_keep_losses_days",
                 self.ledger_keep_losses_days,
                 "must be a finite number of days > 0 (or null: keep every recorded loss)",
-            )
-
-    def _check_maintenance(self, bad: Any) -> None:
-        """``maintenance`` needs a table format, and a retention no shorter than a batch's longest
-        time in flight (:attr:`longest_batch_in_flight_s`; docs/sinks.md, "Maintenance")."""
-        if self.maintenance is None:
-            return
-        if not SINK_FORMATS[self.sink_format].maintainable:
-            maintained = ", ".join(n for n, f in SINK_FORMATS.items() if f.maintainable)
-            raise bad(
-                "maintenance",
-                self.maintenance.job_options(),
-                f"sink_format {self.sink_format!r} has no table to maintain (each batch is its own directory); "
-                f"use a table format ({maintained}) or remove maintenance",
-            )
-        least_h = math.ceil(self.longest_batch_in_flight_s / 360.0) / 10.0  # rounded up to 0.1 h
-        if self.maintenance.retention_s < self.longest_batch_in_flight_s:
-            raise bad(
-                "maintenance.retention_hours",
-                self.maintenance.retention_hours,
-                f"shorter than the longest a batch can be in flight ({least_h:g} h: its plan waits up to "
-                f"{self.planned_lease_s:g} s for its ingest task, its job runs up to {self.batch_task_timeout:g} s, and "
-                f"a worker that dies mid-job holds it for its lease of {self.lease_s or DEFAULT_LEASE_S:g} s); the "
-                "maintenance would delete the files and snapshots such a batch's commit and its replay's checks "
-                f"read. Set retention_hours >= {least_h:g}, or lower batch_timeout_s / lease_s",
             )
 
     @property
