@@ -202,6 +202,7 @@ class DeltaSink(TableFormat):
     #: ``DESCRIBE HISTORY`` reads one log file per commit it returns, so a commit's cost does not
     #: grow with the table's history (bench/sinks.py)
     recent_commits: ClassVar[int] = 20
+    maintainable: ClassVar[bool] = True
 
     def commit_lock_reason(self, sink: str, spark_conf: Mapping[str, str]) -> str | None:
         """See :meth:`SinkFormat.commit_lock_reason`: the table's LogStore

@@ -135,6 +135,7 @@ class IcebergSink(TableFormat):
         "local disk; pyiceberg's SQL catalog (sink_options.iceberg_catalog_uri); pip install "
         "airflow-provider-kafka-backpressure[iceberg] where the job's driver runs"
     )
+    maintainable: ClassVar[bool] = True
 
     def __init__(self, catalog_uri: str | None = None, namespace: str = DEFAULT_NAMESPACE) -> None:
         self.catalog_uri = catalog_uri

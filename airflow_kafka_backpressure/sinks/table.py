@@ -246,7 +246,6 @@ class TableFormat(SinkFormat):
     reads back what the batch committed (None if nothing)."""
 
     partitions: ClassVar[bool] = True
-    maintainable: ClassVar[bool] = True
 
     @abc.abstractmethod
     def write_batch(
