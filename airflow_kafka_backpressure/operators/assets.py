@@ -156,9 +156,9 @@ def batch_dataset(batch: Mapping[str, Any], pipeline_name: str) -> Any:
             f"batch {batch.get('batch_id')}: sink_format {name!r} has no reader here; use one of "
             f"{', '.join(SINK_FORMATS)}"
         ) from None
-    return fmt.batch_dataset(
-        str(batch["output_path"]),
-        pipeline=pipeline_name,
-        batch_id=int(batch["batch_id"]),
-        read_at=batch.get("read_at"),
-    )
+    path, batch_id, read_at = str(batch["output_path"]), int(batch["batch_id"]), batch.get("read_at")
+    if read_at is None:
+        # only where the commit named one: a format registered before read_at existed (whose
+        # batch_dataset takes no such argument) names none and is read as before
+        return fmt.batch_dataset(path, pipeline=pipeline_name, batch_id=batch_id)
+    return fmt.batch_dataset(path, pipeline=pipeline_name, batch_id=batch_id, read_at=read_at)

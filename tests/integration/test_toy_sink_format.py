@@ -96,6 +96,8 @@ class ToySink(TableFormat):
         )
 
     def batch_dataset(self, path: str, *, pipeline: str, batch_id: int) -> Any:
+        # the signature from before commits named a read_at: still read (a format whose commits
+        # name none is never given one)
         import pyarrow as pa
         import pyarrow.dataset as ds
 
