@@ -215,17 +215,12 @@ def history(spark: Any, args: argparse.Namespace, where: dict[str, Callable[[str
 def queries(fmt: Any, sink: str, batch_id: int) -> tuple[float, float]:
     """The medians of 3 runs of two queries a reader of the table runs, in seconds, without Spark
     (Iceberg's Spark runtime does not exist for Spark 4.2): a scan of every row's ``offset``
-    (summed), and one batch's rows (``batch_dataset``: the table filtered to the batch, its files
+    (``table_dataset``, summed), and one batch's rows (``batch_dataset``: the table filtered to the batch, its files
     pruned by their statistics)."""
     import pyarrow.compute as pc
 
     def scan() -> None:
-        if fmt.name == "delta":
-            from airflow_kafka_backpressure.sinks.delta_maintenance import delta_table
-
-            table = delta_table(sink, why="the bench").to_pyarrow_dataset().to_table(columns=["offset"])
-        else:
-            table = fmt.load(sink).scan(selected_fields=("offset",)).to_arrow()
+        table = fmt.table_dataset(sink, columns=["offset"]).to_table(columns=["offset"])
         pc.sum(table.column("offset"))
 
     def one_batch() -> None:

@@ -228,27 +228,34 @@ class DeltaSink(TableFormat):
         ``AWS_ENDPOINT_URL`` is allowed)."""
         import pyarrow.dataset as ds
 
+        table = self.table_dataset(path, read_at=read_at)
+        return table.filter(
+            (ds.field(PIPELINE_COLUMN) == pipeline) & (ds.field(BATCH_COLUMN) == int(batch_id))
+        )
+
+    def table_dataset(
+        self, path: str, *, read_at: Mapping[str, Any] | None = None, columns: Sequence[str] | None = None
+    ) -> Any:
+        """See :meth:`TableFormat.table_dataset`: read with delta-rs at ``read_at``'s ``version``
+        (the current version where it names none, or where that version's log entries are gone);
+        lazily, so ``columns`` is the reader's projection to make."""
         from .delta_maintenance import delta_table
 
-        found = delta_table(path, why=f"reading batch {batch_id} from the Delta table {path} without Spark")
+        found = delta_table(path, why=f"reading the Delta table {path} without Spark")
         if found is None:
-            raise SinkFormatError(f"batch {batch_id}: there is no Delta table at {path}")
+            raise SinkFormatError(f"there is no Delta table at {path}")
         version = (read_at or {}).get("version")
         if version is not None:
             try:
                 found.load_as_version(int(version))
             except Exception as e:  # delta-rs's errors for a version whose log entries were cleaned up
                 log.warning(
-                    "batch %s: version %s of the Delta table %s cannot be read (%s); reading its current version",
-                    batch_id,
+                    "version %s of the Delta table %s cannot be read (%s); reading its current version",
                     version,
                     path,
                     e,
                 )
-        table = found.to_pyarrow_dataset()
-        return table.filter(
-            (ds.field(PIPELINE_COLUMN) == pipeline) & (ds.field(BATCH_COLUMN) == int(batch_id))
-        )
+        return found.to_pyarrow_dataset()
 
     def maintain(self, sink: str, options: Any) -> Any:
         """See :meth:`SinkFormat.maintain`: delta-rs's OPTIMIZE (or Z-order by ``sort_by``), the

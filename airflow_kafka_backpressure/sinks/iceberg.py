@@ -230,9 +230,30 @@ class IcebergSink(TableFormat):
         where the event names none, in the table's current snapshot through the catalog (this
         format's ``iceberg_catalog_uri``). Read with pyiceberg (the ``iceberg`` extra)."""
         import pyarrow.dataset as ds
-        from pyiceberg.table import StaticTable
 
         where = f"batch {batch_id} of pipeline {pipeline!r} in the Iceberg table at {path}"
+        table, snapshot_id = self._table_at(path, read_at, where)
+        # the filter in the scan: pyiceberg prunes the files by their statistics
+        rows = table.scan(row_filter=_batch_filter(pipeline, batch_id), snapshot_id=snapshot_id).to_arrow()
+        return ds.dataset(rows)
+
+    def table_dataset(
+        self, path: str, *, read_at: Mapping[str, Any] | None = None, columns: Sequence[str] | None = None
+    ) -> Any:
+        """See :meth:`TableFormat.table_dataset`: the snapshot ``read_at`` names (from its metadata
+        file, without the catalog), or the current one through the catalog; read with pyiceberg,
+        only ``columns`` where given."""
+        import pyarrow.dataset as ds
+
+        table, snapshot_id = self._table_at(path, read_at, f"the Iceberg table at {path}")
+        fields = ("*",) if columns is None else tuple(columns)
+        return ds.dataset(table.scan(snapshot_id=snapshot_id, selected_fields=fields).to_arrow())
+
+    def _table_at(self, path: str, read_at: Mapping[str, Any] | None, where: str) -> tuple[Any, int | None]:
+        """The table and snapshot id a reader reads: ``read_at``'s (its metadata file, no catalog),
+        else the catalog's current snapshot (None)."""
+        from pyiceberg.table import StaticTable
+
         table: Any
         if read_at and read_at.get("metadata"):
             try:
@@ -241,19 +262,17 @@ class IcebergSink(TableFormat):
                 raise SinkFormatError(
                     f"{where}: the metadata file {read_at['metadata']} of its commit is gone (the table's maintenance "
                     "removed it after its retention); read the table's current snapshot through its catalog, "
-                    f"filtered on {BATCH_COLUMN} = {batch_id}"
+                    f"filtered on {BATCH_COLUMN}"
                 ) from None
             snapshot_id = read_at.get("snapshot_id")
-        else:
-            table = self.load(path) if self.catalog_uri else None
-            if table is None:
-                raise SinkFormatError(
-                    f"{where}: its event names no snapshot (read_at) and no catalog is configured here; read the "
-                    f"table through its catalog, filtered on {BATCH_COLUMN} = {batch_id}"
-                )
-            snapshot_id = None
-        rows = table.scan(row_filter=_batch_filter(pipeline, batch_id), snapshot_id=snapshot_id).to_arrow()
-        return ds.dataset(rows)
+            return table, None if snapshot_id is None else int(snapshot_id)
+        table = self.load(path) if self.catalog_uri else None
+        if table is None:
+            raise SinkFormatError(
+                f"{where}: its event names no snapshot (read_at) and no catalog is configured here; read the "
+                f"table through its catalog, filtered on {BATCH_COLUMN}"
+            )
+        return table, None
 
     def maintain(self, sink: str, options: Any) -> Any:
         """See :meth:`SinkFormat.maintain`: compaction, snapshot expiry and unreferenced files,

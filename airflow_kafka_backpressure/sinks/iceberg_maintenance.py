@@ -41,15 +41,15 @@ def _partition_name(table: Any, data_file: Any) -> str:
     return spec.partition_to_path(data_file.partition, table.schema()) if spec.fields else ""
 
 
-def _files(table: Any) -> dict[str, Any]:
-    return tally([(_partition_name(table, t.file), t.file.file_size_in_bytes) for t in _live_tasks(table)])
+def _files(table: Any, tasks: list[Any]) -> dict[str, Any]:
+    return tally([(_partition_name(table, t.file), t.file.file_size_in_bytes) for t in tasks])
 
 
-def _groups(table: Any, target: int) -> list[list[Any]]:
-    """The data files compaction merges: per partition (and spec), those under ``target`` bytes
-    with no delete file, where there are two or more."""
+def _groups(table: Any, tasks: list[Any], target: int) -> list[list[Any]]:
+    """The data files compaction merges (of the table's live ``tasks``): per partition (and spec),
+    those under ``target`` bytes with no delete file, where there are two or more."""
     by_partition: dict[tuple[int, str], list[Any]] = {}
-    for task in _live_tasks(table):
+    for task in tasks:
         f = task.file
         if task.delete_files or f.file_size_in_bytes >= target:
             continue
@@ -87,11 +87,11 @@ def _write(io: Any, location: str, rows: Any, target: int, on_disk: int) -> list
     return paths
 
 
-def _compact(table: Any, io: Any, options: Any, report: MaintenanceReport) -> Any:
+def _compact(table: Any, tasks: list[Any], io: Any, options: Any, report: MaintenanceReport) -> Any:
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     target = options.target_file_bytes
-    groups = _groups(table, target)
+    groups = _groups(table, tasks, target)
     if not groups:
         return table
     if (
@@ -171,8 +171,9 @@ def maintain_iceberg(sink_format: Any, sink: str, options: Any) -> MaintenanceRe
         report.notes.append("no table yet (its first batch creates it)")
         return report
     io = sink_format.io(sink)
-    report.before = _files(table)
-    table = _compact(table, io, options, report)
+    tasks = _live_tasks(table)  # planned once for the report and the compaction
+    report.before = _files(table, tasks)
+    table = _compact(table, tasks, io, options, report)
     cutoff = time.time() - options.retention_s
     kept = len(table.snapshots())
     table.maintenance.expire_snapshots().older_than(datetime.fromtimestamp(cutoff, timezone.utc)).commit()
@@ -181,7 +182,7 @@ def maintain_iceberg(sink_format: Any, sink: str, options: Any) -> MaintenanceRe
     for path in list(_unreferenced(table, io, cutoff)):
         io.delete(path)
         report.files_deleted += 1
-    report.after = _files(table)
+    report.after = _files(table, _live_tasks(table))
     snapshot = table.current_snapshot()
     report.version = None if snapshot is None else str(snapshot.snapshot_id)
     return report

@@ -272,6 +272,16 @@ class TableFormat(SinkFormat):
         ``partition_by``: the table's partitioning by event time (fixed when it is created; another
         one on an existing table is refused). Returns what the sink now holds for the batch."""
 
+    def table_dataset(
+        self, path: str, *, read_at: Mapping[str, Any] | None = None, columns: Sequence[str] | None = None
+    ) -> Any:
+        """Every row of the table at ``path`` as a ``pyarrow.dataset.Dataset``, read without Spark:
+        as a commit's ``read_at`` left it, or the current version; ``columns``: the columns the
+        reader needs (a format that reads eagerly reads only those; the dataset may hold more).
+        :meth:`batch_dataset` is this, filtered to one batch (a format may prune files by the batch
+        while it reads). Default: refused, the format gives no such reader."""
+        raise ValueError(f"sink_format {self.name!r} has no reader here: read the table {path} with Spark")
+
     def error_table(self, sink: str) -> str:
         """Where the table at ``sink`` keeps the records of its batches that did not decode: a
         table of the same format beside it, ``<sink>_errors``."""

@@ -218,6 +218,8 @@ def test_a_downstream_task_reads_the_version_a_batch_committed(delta_spark, tmp_
         return sorted(rows.column("written_by").to_pylist())
 
     assert read(first.read_at) == [1] * 6
+    # the whole table at that version: batch 5 alone then (batch 6 came after)
+    assert DeltaSink().table_dataset(table, read_at=first.read_at).count_rows() == 6
     assert read(second.read_at) == [2] * 3
     assert read(None) == [2] * 3
 

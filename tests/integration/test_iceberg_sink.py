@@ -365,6 +365,8 @@ def test_a_downstream_task_reads_the_snapshot_a_batch_committed_without_the_cata
         return Counter(rows.column("written_by").to_pylist())
 
     assert read(first.read_at) == {1: 10}  # attempt 1's snapshot, though attempt 2 replaced it since
+    # the whole table at that snapshot: batch 1 alone then (batch 2 came after)
+    assert IcebergSink().table_dataset(table, read_at=first.read_at, columns=["offset"]).count_rows() == 10
     assert read(second.read_at) == {2: 8}
     assert read(None, IcebergSink(catalog_uri)) == {2: 8}  # the current snapshot, through the catalog
     with pytest.raises(SinkFormatError, match="names no snapshot .read_at. and no catalog"):
