@@ -179,9 +179,9 @@ class RecordBatchMetricsOperator(PipelineOperator):
                 left_behind=None if plan is None else plan.lag,
                 budget=None if plan is None or not plan.rate else plan.rate * p.batch_interval_s,
                 batch_interval_s=p.batch_interval_s,
-                # metrics.startup_ms (launch to the first record read) is measured but not fed yet:
-                # fed, the cost mode sees the compose stack's batches are ~95% start-up and rightly
-                # stops scaling them, which docker/test.sh's executor check still expects (issue 44)
+                # launch to the first record read: fixed cost by construction (the cost mode fits
+                # the time after it), so a cold start is not taken for slow records
+                startup_ms=metrics.startup_ms,
             )
             save_controller(p, controller, settings)
 

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from airflow_kafka_backpressure.batch.models import BatchMetrics
 from airflow_kafka_backpressure.config.settings import parse_settings
 from airflow_kafka_backpressure.control.controller import PipelineController
 from airflow_kafka_backpressure.control.cost_mode import PlanInputs, arrival_rate
@@ -75,6 +76,12 @@ def test_the_cost_mode_plans_from_the_cost_model_and_keeps_both_models(make_pipe
         state2["last_plan"]["rate"] == pytest.approx(plan2["rate"]) and state2["last_plan"]["batch_id"] == 2
     )
     assert [o[0] for o in state2["cost"]["observations"]] == [1, 2]
+    # each observation carries its batch's measured start-up (launch to the first record read),
+    # which the model counts as fixed cost: the job's metrics, as the ingest task pushed them
+    for run, observation in zip((first, second), state2["cost"]["observations"], strict=True):
+        metrics = BatchMetrics.from_dict(run.xcoms["ingest"])
+        assert 0 < metrics.startup_ms < metrics.processing_ms
+        assert observation[4] == metrics.startup_ms
     assert state2["cost"]["fit"]["fixed_s"] >= 0 and state2["cost"]["target_ratio"] == 0.75
     assert "warning" in state2["cost"]
     # the PID is fed too, as Spark would be
