@@ -66,11 +66,14 @@ def batch_event_extra(
     run_id: str | None = None,
     sink_format: str = DEFAULT_SINK_FORMAT,
     read_at: Mapping[str, Any] | None = None,
+    last_maintenance: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One batch as a downstream DAG sees it (JSON-safe): only non-empty ranges are listed.
     ``sink_format``: the pipeline's; ``output_path``: where that format puts the batch
     (:meth:`~.sinks.SinkFormat.event_path`: a Parquet batch's directory; a Delta table, whose rows
-    with ``kbp_batch_id`` = the batch id and ``kbp_pipeline`` = the pipeline are the batch)."""
+    with ``kbp_batch_id`` = the batch id and ``kbp_pipeline`` = the pipeline are the batch).
+    ``last_maintenance``: the table's last maintenance when the batch was recorded
+    (:func:`~.common.maintenance_summary`; None: the pipeline has none, or none has run)."""
     return {
         "batch_id": int(batch_id),
         "ranges": [r.to_dict() for r in sorted(ranges) if r.count],
@@ -82,6 +85,7 @@ def batch_event_extra(
         # the table as the batch's commit left it (a Delta version, an Iceberg snapshot and its
         # metadata file): a downstream task reads exactly that
         "read_at": None if read_at is None else dict(read_at),
+        "last_maintenance": None if last_maintenance is None else dict(last_maintenance),
     }
 
 

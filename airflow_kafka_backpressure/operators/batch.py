@@ -36,7 +36,7 @@ from ..hooks.spark_batch import SparkBatchHook
 from ..ledger import LeaseLost, Ledger, new_attempt_token
 from ..sinks import sink_format_for
 from .base import PipelineOperator
-from .common import sink_commit_lock
+from .common import last_maintenance, sink_commit_lock
 
 #: How often a running attempt renews its lease (at most a quarter of the lease).
 LEASE_RENEW_S = 30.0
@@ -176,6 +176,7 @@ class BatchRunningOperator(PipelineOperator):
                     run_id=plan.run_id,
                     sink_format=self.pipeline.sink_format,
                     read_at=metrics.read_at,
+                    last_maintenance=last_maintenance(self.pipeline),
                 )
             )
         self.log.info(

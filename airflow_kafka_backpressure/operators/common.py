@@ -132,6 +132,39 @@ def save_maintenance(pipeline: PipelineConfig, state: dict[str, Any]) -> None:
     )
 
 
+def last_maintenance(pipeline: PipelineConfig) -> dict[str, Any] | None:
+    """The last maintenance of the pipeline's table (:func:`save_maintenance`), as a batch's Asset
+    event names it (:func:`maintenance_summary`); None where the pipeline has no maintenance or
+    none has run. Never fails a batch: a Variable that does not parse is logged and named None."""
+    if pipeline.maintenance is None:
+        return None
+    text = Variable.get(pipeline.maintenance_variable, default=None)
+    if not text:
+        return None
+    try:
+        return maintenance_summary(json.loads(text))
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        log.warning(
+            "Variable %s is not a maintenance report (%s): not named in the batch's event",
+            pipeline.maintenance_variable,
+            e,
+        )
+        return None
+
+
+def maintenance_summary(state: dict[str, Any]) -> dict[str, Any]:
+    """The run, its time, and for the pipeline's table (the first of ``tables``) the version it
+    left (a Delta version, an Iceberg snapshot id) and what its compaction replaced."""
+    table = state["tables"][0]
+    return {
+        "run_id": state.get("run_id"),
+        "at": state.get("at"),
+        "version": table.get("version"),
+        "files_removed": int(table.get("files_removed", 0)),
+        "files_added": int(table.get("files_added", 0)),
+    }
+
+
 def ledger_for(pipeline: PipelineConfig) -> Ledger:
     return LedgerHook(pipeline.ledger_conn_id).get_conn()
 

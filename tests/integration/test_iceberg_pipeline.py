@@ -117,3 +117,69 @@ def test_an_iceberg_pipeline_ingests_fails_replays_and_rewrites_each_record_once
     event = {"batch_id": 2, "output_path": sink, "sink_format": "iceberg", "read_at": read_at}
     values = batch_dataset(event, p.name).to_table(columns=["value"]).column("value").to_pylist()
     assert sorted(json.loads(v)["id"] for v in values) == list(range(40, 60))
+
+
+def sink_event_batches(p) -> dict[str, dict]:
+    """Every batch the pipeline's sink Asset events name (their extra's ``batches``), by batch id."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    from airflow_kafka_backpressure.operators.assets import sink_asset_name
+
+    out: dict[str, dict] = {}
+    with create_session() as session:
+        asset = session.query(AssetModel).filter_by(name=sink_asset_name(p.name)).one()
+        for e in session.query(AssetEvent).filter_by(asset_id=asset.id).order_by(AssetEvent.id):
+            out.update((e.extra or {}).get("batches") or {})
+    return out
+
+
+def test_a_batch_after_a_maintenance_names_it_and_the_snapshot_it_created(
+    request, kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db
+):
+    """The connect engine into a local, partitioned table with a maintenance DAG: a batch, the
+    shipped ``kbp_maintain_<name>`` (compaction), the next batch. The second batch's sink Asset
+    event names that maintenance (its run, the snapshot it left, what its compaction replaced)
+    beside the snapshot the batch's own commit created, which a downstream task reads without the
+    catalog; the first batch's names none. Read back with pyiceberg."""
+    from airflow_kafka_backpressure.operators.assets import batch_dataset
+    from kbp_local.producer import produce
+
+    uri = f"sqlite:///{tmp_path}/catalog.db"
+    sink = str(tmp_path / "events")
+    make = af.engine_pipeline_maker(
+        request, "connect", monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path
+    )
+    p, _ledger = make(
+        sink=sink,
+        sink_format="iceberg",
+        sink_options={"iceberg_catalog_uri": uri, "partition_by": "day(timestamp)"},
+        maintenance={"schedule": "@daily", "retention_hours": 24},
+    )
+    produce(kafka_broker.bootstrap, p.topics[0], count=40, partitions=4)
+    first = af.run_dag(p.ingest_dag_id, 0)
+    assert first.state == "success", first.task_states
+    maintained = af.run_dag(p.maintain_dag_id, 0)
+    assert maintained.state == "success", maintained.task_states
+    (report,) = maintained.xcoms["maintain"]
+    assert report["files_removed"] > report["files_added"] == 1  # the first batch's 4 files, merged
+    produce(kafka_broker.bootstrap, p.topics[0], count=20, partitions=4, start_id=40)
+    second = af.run_dag(p.ingest_dag_id, 1)
+    assert second.state == "success", second.task_states
+
+    events = sink_event_batches(p)
+    assert events["1"]["last_maintenance"] is None
+    named = events["2"]["last_maintenance"]
+    assert named == {
+        "run_id": maintained.run_id,
+        "at": af.variable(p.maintenance_variable)["at"],
+        "version": report["version"],
+        "files_removed": report["files_removed"],
+        "files_added": 1,
+    }
+    snapshots = [s.snapshot_id for s in table(uri, "kbp.events").snapshots()]
+    # the maintenance's snapshot comes between the two batches' commits
+    assert str(snapshots[-2]) == str(report["version"])
+    assert events["2"]["read_at"]["snapshot_id"] == snapshots[-1]
+    values = batch_dataset(events["2"], p.name).to_table(columns=["value"]).column("value").to_pylist()
+    assert sorted(json.loads(v)["id"] for v in values) == list(range(40, 60))

@@ -30,3 +30,27 @@ def test_metrics_and_events_without_it_still_load():
     assert BatchMetrics.from_dict(old).read_at is None
     assert batch_event_extra(7, RANGES, 5, replay=False, output_path="/t")["read_at"] is None
     assert BatchCommit("p", 7, 1, RANGES, 5).reported().read_at is None
+
+
+def test_the_event_names_the_tables_last_maintenance_from_its_variables_report():
+    from airflow_kafka_backpressure.operators.common import maintenance_summary
+
+    state = {
+        "run_id": "scheduled__2026-11-30T00:00:00+00:00",
+        "at": "2026-11-30T00:00:00+00:00",
+        "tables": [
+            {"table": "/t", "version": "8", "files_removed": 12, "files_added": 2, "snapshots_expired": 3},
+            {"table": "/t_errors", "version": "2", "files_removed": 0, "files_added": 0},
+        ],
+    }
+    summary = maintenance_summary(state)
+    assert summary == {
+        "run_id": state["run_id"],
+        "at": state["at"],
+        "version": "8",  # the pipeline's table, not its error table
+        "files_removed": 12,
+        "files_added": 2,
+    }
+    extra = batch_event_extra(7, RANGES, 5, replay=False, output_path="/t", last_maintenance=summary)
+    assert extra["last_maintenance"] == summary
+    assert batch_event_extra(7, RANGES, 5, replay=False, output_path="/t")["last_maintenance"] is None
