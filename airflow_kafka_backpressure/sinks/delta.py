@@ -239,7 +239,7 @@ class DeltaSink(TableFormat):
         """See :meth:`TableFormat.table_dataset`: read with delta-rs at ``read_at``'s ``version``
         (the current version where it names none, or where that version's log entries are gone);
         lazily, so ``columns`` is the reader's projection to make."""
-        from .delta_maintenance import delta_table
+        from .delta_rs import delta_table
 
         found = delta_table(path, why=f"reading the Delta table {path} without Spark")
         if found is None:

@@ -28,7 +28,8 @@ import pytest
 
 from airflow_kafka_backpressure.batch.models import Adoption, BatchPlan, JobSpec, OffsetRange
 from airflow_kafka_backpressure.sinks import DeltaSink
-from airflow_kafka_backpressure.sinks.delta_maintenance import TXN_RETENTION, add_actions
+from airflow_kafka_backpressure.sinks.delta_maintenance import TXN_RETENTION
+from airflow_kafka_backpressure.sinks.delta_rs import add_actions
 from airflow_kafka_backpressure.sinks.table import BATCH_COLUMN, PIPELINE_COLUMN, PartitionBy
 from airflow_kafka_backpressure.spark.job import adopt_committed, run_batch
 
