@@ -11,6 +11,7 @@ never with Spark or the sink's own read-back.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 import pytest
@@ -183,3 +184,55 @@ def test_a_batch_after_a_maintenance_names_it_and_the_snapshot_it_created(
     assert events["2"]["read_at"]["snapshot_id"] == snapshots[-1]
     values = batch_dataset(events["2"], p.name).to_table(columns=["value"]).column("value").to_pylist()
     assert sorted(json.loads(v)["id"] for v in values) == list(range(40, 60))
+
+
+def test_an_iceberg_batch_written_but_not_marked_is_adopted_without_writing_again(
+    request, kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db
+):
+    """The connect engine into a local table: an attempt's job committed the batch's snapshot and
+    its worker died before the ledger's mark (its lease then ran out). The shipped replay DAG finds
+    the commit (its summary names the batch and the planned ranges) and adopts it: no second
+    snapshot, no record read again, each record once, the group committed. Read back with pyiceberg."""
+    from airflow_kafka_backpressure.batch.models import TopicPartition
+
+    from .test_pipeline_e2e import committed
+    from .test_replay_reliability import write_without_mark
+
+    uri = f"sqlite:///{tmp_path}/catalog.db"
+    make = af.engine_pipeline_maker(
+        request, "connect", monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path
+    )
+    p, ledger = make(
+        sink=str(tmp_path / "events"),
+        sink_format="iceberg",
+        sink_options={"iceberg_catalog_uri": uri},
+        replay_interval_s=20,
+    )
+    dead = "deadbeef" * 4
+    plan, metrics = write_without_mark(p, ledger, kafka_broker.bootstrap, dead)
+    assert (metrics.records, metrics.adopted) == (40, False)
+
+    def commits() -> list[tuple[int, int]]:
+        return [
+            (d["batch_id"], d["attempt"])
+            for s in table(uri, "kbp.events").snapshots()
+            if s.summary and BATCH_PROPERTY in s.summary.additional_properties
+            for d in [json.loads(s.summary.additional_properties[BATCH_PROPERTY])]
+        ]
+
+    assert commits() == [(plan.batch_id, 1)]
+    ledger.renew_lease(plan.batch_id, dead, 1)  # ... and the worker died: its lease runs out
+    time.sleep(0.05)
+
+    r = af.run_dag(p.replay_dag_id, 0)
+    assert r.state == "success", r.task_states
+    assert [(x["batch_id"], x["records"], x["adopted"], x["lost"]) for x in r.xcoms["replay"]] == [
+        (plan.batch_id, 40, True, 0)
+    ]
+    batch = ledger.batch(plan.batch_id)
+    assert (batch.status, batch.records, batch.attempts) == ("replayed", 40, 2)
+    assert commits() == [(plan.batch_id, 1)]  # the dead attempt's snapshot, and no other
+    rows = table(uri, "kbp.events").scan().to_arrow().to_pylist()
+    assert Counter(json.loads(r["value"])["id"] for r in rows) == Counter(range(40))
+    assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic_name, q): 10 for q in range(4)}
+    assert ledger.losses(p.name) == []
