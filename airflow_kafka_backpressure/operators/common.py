@@ -135,17 +135,16 @@ def save_maintenance(pipeline: PipelineConfig, state: dict[str, Any]) -> None:
 def last_maintenance(pipeline: PipelineConfig) -> dict[str, Any] | None:
     """The last maintenance of the pipeline's table (:func:`save_maintenance`), as a batch's Asset
     event names it (:func:`maintenance_summary`); None where the pipeline has no maintenance or
-    none has run. Never fails a batch: a Variable that does not parse is logged and named None."""
+    none has run. Never fails a batch (it is read after the batch's commit): a Variable that
+    cannot be read or does not parse is logged and named None."""
     if pipeline.maintenance is None:
         return None
-    text = Variable.get(pipeline.maintenance_variable, default=None)
-    if not text:
-        return None
     try:
-        return maintenance_summary(json.loads(text))
-    except (ValueError, TypeError, KeyError, IndexError) as e:
+        text = Variable.get(pipeline.maintenance_variable, default=None)
+        return maintenance_summary(json.loads(text)) if text else None
+    except Exception as e:  # noqa: BLE001 - a field of the event; the batch is committed already
         log.warning(
-            "Variable %s is not a maintenance report (%s): not named in the batch's event",
+            "Variable %s could not be read as a maintenance report (%s): the batch's event names none",
             pipeline.maintenance_variable,
             e,
         )
