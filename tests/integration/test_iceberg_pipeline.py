@@ -11,7 +11,6 @@ never with Spark or the sink's own read-back.
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 
 import pytest
@@ -196,7 +195,7 @@ def test_an_iceberg_batch_written_but_not_marked_is_adopted_without_writing_agai
     from airflow_kafka_backpressure.batch.models import TopicPartition
 
     from .test_pipeline_e2e import committed
-    from .test_replay_reliability import write_without_mark
+    from .test_replay_reliability import adopted_by_the_replay_dag, write_without_mark
 
     uri = f"sqlite:///{tmp_path}/catalog.db"
     make = af.engine_pipeline_maker(
@@ -221,16 +220,8 @@ def test_an_iceberg_batch_written_but_not_marked_is_adopted_without_writing_agai
         ]
 
     assert commits() == [(plan.batch_id, 1)]
-    ledger.renew_lease(plan.batch_id, dead, 1)  # ... and the worker died: its lease runs out
-    time.sleep(0.05)
 
-    r = af.run_dag(p.replay_dag_id, 0)
-    assert r.state == "success", r.task_states
-    assert [(x["batch_id"], x["records"], x["adopted"], x["lost"]) for x in r.xcoms["replay"]] == [
-        (plan.batch_id, 40, True, 0)
-    ]
-    batch = ledger.batch(plan.batch_id)
-    assert (batch.status, batch.records, batch.attempts) == ("replayed", 40, 2)
+    adopted_by_the_replay_dag(p, ledger, plan, dead)  # ... and the worker died: its lease runs out
     assert commits() == [(plan.batch_id, 1)]  # the dead attempt's snapshot, and no other
     rows = table(uri, "kbp.events").scan().to_arrow().to_pylist()
     assert Counter(json.loads(r["value"])["id"] for r in rows) == Counter(range(40))

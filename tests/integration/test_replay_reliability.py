@@ -187,6 +187,22 @@ def running_by_hand(p: PipelineConfig, ledger: Ledger, token: str, start: int, e
     return plan
 
 
+def adopted_by_the_replay_dag(p: PipelineConfig, ledger: Ledger, plan, token: str, records: int = 40):
+    """The dead attempt ``token``'s lease runs out, then the shipped replay DAG runs: it succeeds,
+    reports the batch of ``plan`` adopted with its ``records`` and nothing lost, and the ledger has
+    it replayed by a second attempt. Returns the replay run."""
+    ledger.renew_lease(plan.batch_id, token, 1)
+    time.sleep(0.05)  # the lease expired
+    r = af.run_dag(p.replay_dag_id, 0)
+    assert r.state == "success", r.task_states
+    assert [(x["batch_id"], x["records"], x["adopted"], x["lost"]) for x in r.xcoms["replay"]] == [
+        (plan.batch_id, records, True, 0)
+    ]
+    batch = ledger.batch(plan.batch_id)
+    assert (batch.status, batch.records, batch.attempts) == ("replayed", records, 2)
+    return r
+
+
 def written_not_marked(make_pipeline, kafka_broker, token: str, **fields):
     """A batch of 40 records whose attempt ``token`` ran the job (the sink swap committed) and died
     before the ledger's mark: the row stays ``running`` under ``token``. Returns the pipeline, its
@@ -209,11 +225,8 @@ def test_a_batch_written_but_not_marked_is_adopted_without_reading_again(
     topic = p.topics[0]
     assert ledger.batch(plan.batch_id).status == "running"  # ... and the worker died here
     assert ledger.replayable_batches(p.name) == []  # its lease still runs: not abandoned yet
-    ledger.renew_lease(plan.batch_id, dead, 1)
-    time.sleep(0.05)  # the lease expired
 
-    r = af.run_dag(p.replay_dag_id, 0)
-    assert r.state == "success", r.task_states
+    r = adopted_by_the_replay_dag(p, ledger, plan, dead)
     assert r.xcoms["replay"] == [
         {
             "batch_id": plan.batch_id,
@@ -223,8 +236,6 @@ def test_a_batch_written_but_not_marked_is_adopted_without_reading_again(
             "lost": 0,
         }
     ]
-    batch = ledger.batch(plan.batch_id)
-    assert batch.status == "replayed" and batch.records == 40 and batch.attempts == 2
     # the committed version is the dead attempt's, untouched: nothing was read or written again
     assert json.loads((Path(plan.output_path) / "_manifest.json").read_text()) == manifest
     assert sink_ids(p.sink) == Counter(range(40))
