@@ -106,6 +106,22 @@ def run_dag(dag_id: str, n: int, interval_s: float = 60) -> RunResult:
     return RunResult(dr.run_id, str(getattr(dr.state, "value", dr.state)), states, xcoms)
 
 
+def sink_asset_events(pipeline: PipelineConfig) -> list[tuple[str | None, dict]]:
+    """The pipeline's sink Asset events in the order they were recorded: each one's partition key
+    (the batch id) and extra (``{"batches": {...}, ...}``); none while the Asset does not exist."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    from airflow_kafka_backpressure.operators.assets import sink_asset_name
+
+    with create_session() as session:
+        asset = session.query(AssetModel).filter_by(name=sink_asset_name(pipeline.name)).one_or_none()
+        if asset is None:
+            return []
+        events = session.query(AssetEvent).filter_by(asset_id=asset.id).order_by(AssetEvent.id)
+        return [(e.partition_key, dict(e.extra or {})) for e in events]
+
+
 def variable(key: str) -> Any:
     from airflow.models import Variable
 

@@ -104,19 +104,7 @@ def test_a_state_with_nan_fails_the_plan_naming_the_variable(make_pipeline, kafk
 
 def sink_events(p) -> list[str]:
     """Partition keys (batch ids) of the pipeline's sink Asset events."""
-    from airflow.models.asset import AssetEvent, AssetModel
-    from airflow.utils.session import create_session
-
-    from airflow_kafka_backpressure.operators.assets import sink_asset_name
-
-    with create_session() as session:
-        asset = session.query(AssetModel).filter_by(name=sink_asset_name(p.name)).one_or_none()
-        if asset is None:
-            return []
-        return [
-            e.partition_key
-            for e in session.query(AssetEvent).filter_by(asset_id=asset.id).order_by(AssetEvent.id)
-        ]
+    return [key for key, _ in af.sink_asset_events(p)]
 
 
 def test_runs_below_min_records_skip_their_batch_until_max_batch_delay_has_passed(

@@ -121,16 +121,9 @@ def test_an_iceberg_pipeline_ingests_fails_replays_and_rewrites_each_record_once
 
 def sink_event_batches(p) -> dict[str, dict]:
     """Every batch the pipeline's sink Asset events name (their extra's ``batches``), by batch id."""
-    from airflow.models.asset import AssetEvent, AssetModel
-    from airflow.utils.session import create_session
-
-    from airflow_kafka_backpressure.operators.assets import sink_asset_name
-
     out: dict[str, dict] = {}
-    with create_session() as session:
-        asset = session.query(AssetModel).filter_by(name=sink_asset_name(p.name)).one()
-        for e in session.query(AssetEvent).filter_by(asset_id=asset.id).order_by(AssetEvent.id):
-            out.update((e.extra or {}).get("batches") or {})
+    for _, extra in af.sink_asset_events(p):
+        out.update(extra.get("batches") or {})
     return out
 
 
