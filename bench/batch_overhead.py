@@ -56,6 +56,8 @@ def one_batch(args: argparse.Namespace) -> None:
         engine=args.engine,
         reader=args.reader,
         batch_timeout_s=1800,
+        sink_format=args.sink_format,
+        spark_conf=json.loads(args.spark_conf),
     )
     hook = SparkBatchHook(pipeline)
     profile_to = os.environ.get("KBP_BENCH_PROFILE")
@@ -89,7 +91,14 @@ def one_batch(args: argparse.Namespace) -> None:
         raise SystemExit(f"batch {args.batch_id}: {metrics.records} records, expected {plan.records}")
     print(
         "KBP_BENCH "
-        + json.dumps({"wall_s": wall, "records": metrics.records, "processing_ms": metrics.processing_ms})
+        + json.dumps(
+            {
+                "wall_s": wall,
+                "records": metrics.records,
+                "processing_ms": metrics.processing_ms,
+                "startup_ms": metrics.startup_ms,
+            }
+        )
     )
 
 
@@ -142,6 +151,8 @@ def main() -> None:
     ap.add_argument("--per-partition", type=int)
     ap.add_argument("--batch-id", type=int)
     ap.add_argument("--sink")
+    ap.add_argument("--sink-format", default="parquet", help=argparse.SUPPRESS)
+    ap.add_argument("--spark-conf", default="{}", help=argparse.SUPPRESS)  # JSON: the pipeline's spark_conf
     ap.add_argument("--bootstrap")
     ap.add_argument(
         "--reader", default="auto", help="auto (Spark's Kafka connector is on both engines: native) or python"
