@@ -11,7 +11,9 @@
 # Settings (environment): KBP_DEMO_DIR [.demo], KBP_DEMO_UI_PORT [8080, or a free port],
 # KBP_DEMO_BROKER_PORT [19092, or a free port], KBP_DEMO_CONNECT_PORT [15002, or a free port],
 # KBP_DEMO_REGISTRY_PORT [18081, or a free port],
-# KBP_DEMO_RATE [200 records/s], KBP_DEMO_ENGINE [connect | submit: a spark-submit per batch].
+# KBP_DEMO_RATE [200 records/s], KBP_DEMO_ENGINE [connect | submit: a spark-submit per batch],
+# KBP_DEMO_INTERVAL [60: the batch interval, s], KBP_DEMO_BURST [30000: records produced before the steady
+# stream; 0: none].
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -38,6 +40,8 @@ BOOTSTRAP="127.0.0.1:$BROKER_PORT"
 ENGINE="${KBP_DEMO_ENGINE:-connect}"
 case "$ENGINE" in connect|submit) ;; *) echo "KBP_DEMO_ENGINE must be connect or submit, not '$ENGINE'" >&2; exit 2;; esac
 TOPIC=demo-events
+INTERVAL="${KBP_DEMO_INTERVAL:-60}"
+BURST="${KBP_DEMO_BURST:-30000}"
 
 # Every service runs in its own session (setsid), so stopping it stops all its children too.
 pids=()
@@ -70,11 +74,11 @@ grep -q listening "$DEMO/schema-registry.out" || { echo "the Schema Registry did
 "$PY" -m kbp_local spark-conf --dir "$DEMO/spark-conf" >&2
 export SPARK_CONF_DIR="$DEMO/spark-conf"
 
-echo "producing a burst of 30000 Avro demo records (schema version 1), then ${KBP_DEMO_RATE:-200} records/s (version 2)" >&2
-AVRO=(--schema-registry "$REGISTRY" --schema-change-at 30000 --corrupt-every 2000)
-"$PY" -m kbp_local produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --partitions 4 --count 30000 "${AVRO[@]}" >&2
+echo "producing a burst of $BURST Avro demo records (schema version 1), then ${KBP_DEMO_RATE:-200} records/s (version 2)" >&2
+AVRO=(--schema-registry "$REGISTRY" --schema-change-at "$BURST" --corrupt-every 2000)
+"$PY" -m kbp_local produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --partitions 4 --count "$BURST" "${AVRO[@]}" >&2
 setsid "$PY" -m kbp_local produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --partitions 4 \
-    --start-id 30000 --rate "${KBP_DEMO_RATE:-200}" "${AVRO[@]}" > "$DEMO/producer.log" 2>&1 &
+    --start-id "$BURST" --rate "${KBP_DEMO_RATE:-200}" "${AVRO[@]}" > "$DEMO/producer.log" 2>&1 &
 pids+=($!)
 
 if [[ "$ENGINE" == connect ]]; then
@@ -86,7 +90,7 @@ fi
 
 cat > "$DEMO/pipelines.json" <<JSON
 {"pipelines": [{"name": "demo", "topics": ["$TOPIC"], "sink": "$DEMO/sink", "engine": "$ENGINE",
-                "batch_interval_s": 60, "replay_interval_s": 300, "tags": ["demo"],
+                "batch_interval_s": $INTERVAL, "replay_interval_s": 300, "tags": ["demo"],
                 "value_format": "avro", "schema_registry_conn_id": "schema_registry_default",
                 "max_bad_records": 0.01}]}
 JSON
@@ -140,12 +144,12 @@ cat <<MSG
   Airflow UI   http://127.0.0.1:$UI_PORT      user: admin   password: $PASSWORD
   Monitor      http://127.0.0.1:$UI_PORT/plugin/kafka-backpressure   (Browse -> Kafka Backpressure)
   Broker       Apache Kafka $BOOTSTRAP, topic $TOPIC (4 partitions), ${KBP_DEMO_RATE:-200} records/s
-  Registry     $REGISTRY: Avro values, schema version 2 from id 30000, every 2,000th record corrupt
+  Registry     $REGISTRY: Avro values, schema version 2 from id $BURST, every 2,000th record corrupt
   Spark        engine $ENGINE$([[ "$ENGINE" == connect ]] && echo ", Connect server sc://127.0.0.1:$CONNECT_PORT (local[2])" || echo ", spark-submit --master local[2] per batch")
   Output       $DEMO/sink/batch_id=N/*.parquet (typed columns), bad records in $DEMO/sink/batch_id=N/_errors/
   Logs         $DEMO/*.log
 
-  DAGs kbp_ingest_demo (every 60 s) and kbp_replay_demo (every 5 min) are unpaused.
+  DAGs kbp_ingest_demo (every $INTERVAL s) and kbp_replay_demo (every 5 min) are unpaused.
   Tune the controller in Admin -> Variables -> kbp.demo.settings. Ctrl-C stops the demo.
 
 MSG
