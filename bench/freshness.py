@@ -32,20 +32,24 @@ interval the pipeline keeps up with p95 <= 15 s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import sqlite3
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 PAD = 1.5  # goal at a 60 s interval: the oldest record visible within interval + 1.5 s
 P95_AT_10 = 15.0  # goal at a 10 s interval: p95 of the records' freshness
 
@@ -119,6 +123,179 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+@dataclass
+class DemoRun:
+    """What one run of the demo left: per pipeline, when each batch became visible."""
+
+    work: Path
+    seen: dict[str, dict[int, float]]
+    sinks: dict[str, Path]
+    cpu: dict[str, float] = field(default_factory=dict)
+    load: tuple[float, float] = (0.0, 0.0)
+
+
+def _long_lived() -> dict[str, int | None]:
+    """The pids of the scheduler, the Spark Connect server and the broker (by command line)."""
+    found: dict[str, int | None] = {"scheduler": None, "connect server": None, "broker": None}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "airflow scheduler" in cmd:
+            found["scheduler"] = int(proc.name)
+        elif "SparkConnectServer" in cmd:
+            found["connect server"] = int(proc.name)
+        elif "kafka.Kafka" in cmd or "kafka.server.KafkaRaftServer" in cmd:
+            found["broker"] = int(proc.name)
+    return found
+
+
+def run_demo(
+    *,
+    interval: int,
+    rate: int,
+    minutes: float,
+    engine: str = "connect",
+    pipelines: int = 1,
+    parallelism: int = 4,
+) -> DemoRun:
+    """Run the demo with no burst for ``minutes`` after it is up, a reader polling each pipeline's
+    sink. ``pipelines`` > 1: the demo's pipeline and ``pipelines - 1`` more like it (``demo_2``, …),
+    each with its own topic and a producer of its own at ``rate`` records/s."""
+    import cpu_use
+
+    from kbp_local.process import free_port
+
+    tmp = REPO / ".tmp"
+    tmp.mkdir(exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-freshness-", dir=tmp))
+    env = {
+        **os.environ,
+        "KBP_DEMO_DIR": str(work),
+        "KBP_DEMO_INTERVAL": str(interval),
+        "KBP_DEMO_BURST": "0",
+        "KBP_DEMO_RATE": str(rate),
+        "KBP_DEMO_ENGINE": engine,
+        "AIRFLOW__CORE__PARALLELISM": str(parallelism),
+    }
+    for port in ("UI", "BROKER", "CONNECT", "REGISTRY"):  # free ports, beside a running demo
+        env.setdefault(f"KBP_DEMO_{port}_PORT", str(free_port()))
+    sinks = {"demo": work / "sink"}
+    topics = {"demo": "demo-events"}
+    for n in range(2, pipelines + 1):
+        sinks[f"demo_{n}"] = work / f"sink-{n}"
+        topics[f"demo_{n}"] = f"demo-events-{n}"
+    if pipelines > 1:
+        spec = [
+            {
+                "name": name,
+                "topics": [topics[name]],
+                "sink": str(sinks[name]),
+                "engine": engine,
+                "batch_interval_s": interval,
+                "replay_interval_s": 300,
+                "value_format": "avro",
+                "schema_registry_conn_id": "schema_registry_default",
+                "max_bad_records": 0.01,
+            }
+            for name in sinks
+        ]
+        (work / "bench-pipelines.json").write_text(json.dumps({"pipelines": spec}))
+        env["KBP_DEMO_PIPELINES_FILE"] = str(work / "bench-pipelines.json")
+    log = (work / "demo.out").open("w")
+    demo = subprocess.Popen(
+        ["bash", str(REPO / "scripts" / "demo.sh")],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    producers: list[subprocess.Popen[bytes]] = []
+    pollers = {name: SinkPoller(sink) for name, sink in sinks.items()}
+    run = DemoRun(work, {}, sinks)
+    load_before = os.getloadavg()[0]
+    try:
+        deadline = time.monotonic() + 600
+        started_producers = False
+        while True:
+            text = (work / "demo.out").read_text(errors="replace")
+            if not started_producers and "producing a burst" in text:  # the broker and the registry are up
+                started_producers = True
+                for name in list(topics)[1:]:
+                    producers.append(
+                        subprocess.Popen(
+                            [
+                                str(REPO / ".venv" / "bin" / "python"),
+                                "-m",
+                                "kbp_local",
+                                "produce",
+                                "--bootstrap",
+                                f"127.0.0.1:{env['KBP_DEMO_BROKER_PORT']}",
+                                "--topic",
+                                topics[name],
+                                "--partitions",
+                                "4",
+                                "--rate",
+                                str(rate),
+                                "--schema-registry",
+                                f"http://127.0.0.1:{env['KBP_DEMO_REGISTRY_PORT']}",
+                                "--corrupt-every",
+                                "2000",
+                            ],  # fmt: skip
+                            stdout=subprocess.DEVNULL,
+                            stderr=(work / f"producer-{name}.log").open("w"),
+                            start_new_session=True,
+                        )
+                    )
+            if "Ctrl-C stops the demo" in text:
+                break
+            if demo.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the demo did not start:\n{text[-3000:]}")
+            time.sleep(1)
+        for poller in pollers.values():
+            poller.start()
+        print(
+            f"demo up ({work}): {pipelines} pipeline(s), {minutes:g} minutes at a {interval} s interval",
+            flush=True,
+        )
+        procs = _long_lived()
+        before, t0 = cpu_use.snapshot(procs), time.monotonic()
+        time.sleep(minutes * 60)
+        run.cpu = cpu_use.cores(before, cpu_use.snapshot(procs), time.monotonic() - t0)
+    finally:
+        for poller in pollers.values():
+            poller.stop.set()
+        for producer in producers:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(producer.pid, signal.SIGTERM)
+        if demo.poll() is None:
+            os.kill(demo.pid, signal.SIGTERM)  # the script stops everything it started
+            demo.wait(timeout=180)
+        for producer in producers:
+            producer.wait(timeout=60)
+        log.close()
+    run.seen = {name: dict(p.seen) for name, p in pollers.items()}
+    run.load = (load_before, os.getloadavg()[0])
+    return run
+
+
+def batch_rows(run: DemoRun, name: str) -> list[tuple[int, list[float], dict[str, Any], float]]:
+    """Per batch of pipeline ``name`` that became visible: its id, each record's freshness, its
+    run's Airflow timings (:func:`airflow_timings`) and when it became visible."""
+    runs = airflow_timings(run.work / "airflow" / "airflow.db", f"kbp_ingest_{name}")
+    rows = []
+    for batch_id, seen_at in sorted(run.seen[name].items()):
+        batch_dir = run.sinks[name] / f"batch_id={batch_id}"
+        manifest = json.loads((batch_dir / "_manifest.json").read_text())
+        rows.append(
+            (batch_id, record_ages(batch_dir, seen_at), runs.get(manifest.get("run_id", ""), {}), seen_at)
+        )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--interval", type=int, default=60, help="the pipeline's batch_interval_s")
@@ -128,64 +305,11 @@ def main() -> None:
     ap.add_argument("--engine", default="connect", choices=("connect", "submit"))
     args = ap.parse_args()
 
-    work = Path(
-        tempfile.mkdtemp(prefix="bench-freshness-", dir=REPO / ".tmp" if (REPO / ".tmp").is_dir() else None)
-    )
-    env = {
-        **os.environ,
-        "KBP_DEMO_DIR": str(work),
-        "KBP_DEMO_INTERVAL": str(args.interval),
-        "KBP_DEMO_BURST": "0",
-        "KBP_DEMO_RATE": str(args.rate),
-        "KBP_DEMO_ENGINE": args.engine,
-    }
-    from kbp_local.process import free_port
-
-    for port in ("UI", "BROKER", "CONNECT", "REGISTRY"):  # free ports, beside a running demo
-        env.setdefault(f"KBP_DEMO_{port}_PORT", str(free_port()))
-    log = (work / "demo.out").open("w")
-    demo = subprocess.Popen(
-        ["bash", str(REPO / "scripts" / "demo.sh")],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    poller = SinkPoller(work / "sink")
-    load_before = os.getloadavg()[0]
-    try:
-        deadline = time.monotonic() + 600
-        while "Ctrl-C stops the demo" not in (work / "demo.out").read_text(errors="replace"):
-            if demo.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(
-                    f"the demo did not start:\n{(work / 'demo.out').read_text(errors='replace')[-3000:]}"
-                )
-            time.sleep(1)
-        poller.start()
-        print(
-            f"demo up ({work}); running {args.minutes:g} minutes at a {args.interval} s interval", flush=True
-        )
-        time.sleep(args.minutes * 60)
-    finally:
-        poller.stop.set()
-        if demo.poll() is None:
-            os.kill(demo.pid, signal.SIGTERM)  # the script stops everything it started
-            demo.wait(timeout=180)
-        log.close()
-    load_after = os.getloadavg()[0]
-
-    runs = airflow_timings(work / "airflow" / "airflow.db", "kbp_ingest_demo")
-    rows = []
-    for batch_id, seen_at in sorted(poller.seen.items()):
-        batch_dir = work / "sink" / f"batch_id={batch_id}"
-        manifest = json.loads((batch_dir / "_manifest.json").read_text())
-        ages = record_ages(batch_dir, seen_at)
-        run = runs.get(manifest.get("run_id", ""), {})
-        rows.append((batch_id, ages, run, seen_at))
-
+    run = run_demo(interval=args.interval, rate=args.rate, minutes=args.minutes, engine=args.engine)
+    rows = batch_rows(run, "demo")
     print(
         f"\nfreshness through the scheduler, one run: {args.engine} engine, {args.interval} s interval, {args.rate} "
-        f"records/s, {args.minutes:g} min; load average {load_before:.1f} before, {load_after:.1f} after "
+        f"records/s, {args.minutes:g} min; load average {run.load[0]:.1f} before, {run.load[1]:.1f} after "
         f"({os.cpu_count()} CPUs); seconds"
     )
     print(
@@ -193,9 +317,9 @@ def main() -> None:
     )
     counted: list[float] = []
     oldest: list[float] = []
-    for i, (batch_id, ages, run, seen_at) in enumerate(rows):
+    for i, (batch_id, ages, timing, seen_at) in enumerate(rows):
         parts = []
-        marks = [run.get("due"), run.get("plan_start"), run.get("plan_end"), run.get("ingest_start"), seen_at]
+        marks = [timing.get(k) for k in ("due", "plan_start", "plan_end", "ingest_start")] + [seen_at]
         for a, b in zip(marks, marks[1:]):
             parts.append(f"{b - a:6.2f}" if a is not None and b is not None else f"{'-':>6s}")
         note = "" if i >= args.skip else "  (not counted)"
@@ -208,7 +332,7 @@ def main() -> None:
             counted.extend(ages)
             oldest.append(max(ages))
     if not counted:
-        raise SystemExit(f"no batch after the first {args.skip} was seen; see {work}")
+        raise SystemExit(f"no batch after the first {args.skip} was seen; see {run.work}")
     print(
         f"\n  records counted: {len(counted):,} in {len(oldest)} batches; freshness p50 {percentile(counted, 0.5):.2f}, "
         f"p95 {percentile(counted, 0.95):.2f}, max {max(counted):.2f}; oldest of a batch: median "
@@ -226,7 +350,7 @@ def main() -> None:
             f"  goal: the oldest record of a batch visible <= interval + {PAD:g} s = {goal:g} s: max {worst:.2f} s: "
             f"{'met' if worst <= goal else 'not met'}"
         )
-    print(f"  the demo's directory, logs and sink: {work}")
+    print(f"  the demo's directory, logs and sink: {run.work}")
 
 
 if __name__ == "__main__":

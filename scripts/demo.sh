@@ -13,7 +13,7 @@
 # KBP_DEMO_REGISTRY_PORT [18081, or a free port],
 # KBP_DEMO_RATE [200 records/s], KBP_DEMO_ENGINE [connect | submit: a spark-submit per batch],
 # KBP_DEMO_INTERVAL [60: the batch interval, s], KBP_DEMO_BURST [30000: records produced before the steady
-# stream; 0: none].
+# stream; 0: none], KBP_DEMO_PIPELINES_FILE [the demo's pipeline: a pipelines file to run instead].
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -88,18 +88,22 @@ if [[ "$ENGINE" == connect ]]; then
     pids+=($!)
 fi
 
+if [[ -n "${KBP_DEMO_PIPELINES_FILE:-}" ]]; then  # bench/pipelines.py: many pipelines, its own producers
+    cp "$KBP_DEMO_PIPELINES_FILE" "$DEMO/pipelines.json"
+else
 cat > "$DEMO/pipelines.json" <<JSON
 {"pipelines": [{"name": "demo", "topics": ["$TOPIC"], "sink": "$DEMO/sink", "engine": "$ENGINE",
                 "batch_interval_s": $INTERVAL, "replay_interval_s": 300, "tags": ["demo"],
                 "value_format": "avro", "schema_registry_conn_id": "schema_registry_default",
                 "max_bad_records": 0.01}]}
 JSON
+fi
 
 export AIRFLOW_HOME="$DEMO/airflow"
 export AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
-export AIRFLOW__CORE__PARALLELISM=4
+export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
 export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT="$UI_PORT"
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$UI_PORT/execution/"
