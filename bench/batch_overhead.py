@@ -121,6 +121,34 @@ def run_child(env: dict[str, str], *argv: str) -> dict:
     raise SystemExit(f"batch failed ({' '.join(argv)}):\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}")
 
 
+def task_env(work: Path) -> dict[str, str]:
+    """The environment of a batch's task process (:func:`run_child`) under ``work``: spark-submit's
+    defaults, Spark's Kafka connector in a spark-defaults file (a Connect server gets it from its
+    own settings), Airflow on a scratch SQLite database with ``spark_default`` (``local[2]``, client
+    mode), and this checkout on the path."""
+    from airflow_kafka_backpressure.engines.environment import spark_submit_env
+    from kbp_local.jars import spark_kafka_conf, write_spark_defaults
+
+    env = dict(os.environ)
+    env.update(spark_submit_env(work / "submit-env"))
+    write_spark_defaults(work / "spark-conf", spark_kafka_conf())
+    env["SPARK_CONF_DIR"] = str(work / "spark-conf")
+    env.update(
+        AIRFLOW_HOME=str(work / "airflow"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{work / 'airflow.db'}",
+        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps(
+            {
+                "conn_type": "spark",
+                "host": "local[2]",
+                "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"},
+            }
+        ),
+        PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
+    return env
+
+
 def bare_spark_submit(env: dict[str, str], work: Path) -> float:
     from airflow_kafka_backpressure.engines.environment import spark_conf_defaults
 
@@ -163,33 +191,15 @@ def main() -> None:
 
     from reader_throughput import produce_records
 
-    from airflow_kafka_backpressure.engines.environment import spark_submit_env
     from kbp_local.apache_kafka import KafkaBroker
-    from kbp_local.jars import spark_kafka_conf, write_spark_defaults
+    from kbp_local.jars import spark_kafka_conf
     from kbp_local.producer import ensure_topic
     from kbp_local.spark_connect import SparkConnectServer
 
     tmp_root = REPO / ".tmp"
     tmp_root.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-overhead-", dir=tmp_root))
-    env = dict(os.environ)
-    env.update(spark_submit_env(work / "submit-env"))
-    # Spark's Kafka connector for spark-submit (the Connect server gets it below)
-    write_spark_defaults(work / "spark-conf", spark_kafka_conf())
-    env["SPARK_CONF_DIR"] = str(work / "spark-conf")
-    env.update(
-        AIRFLOW_HOME=str(work / "airflow"),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{work / 'airflow.db'}",
-        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps(
-            {
-                "conn_type": "spark",
-                "host": "local[2]",
-                "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"},
-            }
-        ),
-        PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-    )
+    env = task_env(work)
     load_before = os.getloadavg()[0]
     small: dict[str, list[float]] = {}
     big: dict[str, dict] = {}

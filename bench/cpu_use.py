@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -88,3 +88,44 @@ def describe(used: Mapping[str, float]) -> str:
     machine = used.get("machine", 0.0)
     parts.append(f"the rest {max(machine - named, 0.0):.2f}")
     return f"machine {machine:.2f} cores: " + ", ".join(parts)
+
+
+def group_snapshot(groups: Sequence[tuple[str, str]]) -> dict[str, int]:
+    """CPU ticks so far per group of processes: ``machine``, and each ``(name, pattern)`` of
+    ``groups``: every process whose command line (as ``setproctitle`` leaves it), or its nearest
+    ancestor's that matches any pattern, matches ``pattern`` (the first that matches, in order), with
+    what its children that ended used (``cutime``/``cstime``: Linux adds a child's CPU to its parent
+    when the parent reaps it). So short-lived processes count with the group that started them: an
+    Airflow task's process with its executor's worker, a Spark job's Python workers with the JVM. A
+    process that ended between two snapshots counts in its parent's figure of the second; one that
+    no parent has reaped yet is missing from both."""
+    compiled = [(name, re.compile(pattern)) for name, pattern in groups]
+    procs: dict[int, tuple[int, str, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        ticks = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+        procs[int(entry.name)] = (int(fields[1]), cmd, ticks)
+
+    def group_of(pid: int) -> str | None:
+        seen = 0
+        while pid in procs and seen < 64:
+            parent, cmd, _ = procs[pid]
+            for name, pattern in compiled:
+                if pattern.search(cmd):
+                    return name
+            pid, seen = parent, seen + 1
+        return None
+
+    out = {"machine": snapshot({})["machine"]}
+    for pid, (_, _, ticks) in procs.items():
+        name = group_of(pid)
+        if name is not None:
+            out[name] = out.get(name, 0) + ticks
+    return out

@@ -134,23 +134,19 @@ class DemoRun:
     load: tuple[float, float] = (0.0, 0.0)
 
 
-def _long_lived() -> dict[str, int | None]:
-    """The pids of the scheduler, the Spark Connect server and the broker (by command line)."""
-    found: dict[str, int | None] = {"scheduler": None, "connect server": None, "broker": None}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "airflow scheduler" in cmd:
-            found["scheduler"] = int(proc.name)
-        elif "SparkConnectServer" in cmd:
-            found["connect server"] = int(proc.name)
-        elif "kafka.Kafka" in cmd or "kafka.server.KafkaRaftServer" in cmd:
-            found["broker"] = int(proc.name)
-    return found
+#: Where the demo's CPU goes, by process group (:func:`cpu_use.group_snapshot`), in the order tried.
+CPU_GROUPS = (
+    ("tasks", r"^airflow (worker|supervisor)"),  # LocalExecutor workers, task supervisors and runners
+    ("scheduler", r"airflow scheduler"),
+    ("dag processor", r"airflow dag-processor"),
+    ("api server", r"airflow api[-_]server"),
+    ("triggerer", r"airflow triggerer"),
+    ("standalone", r"airflow standalone"),
+    ("connect server", r"SparkConnectServer|kbp_local spark-connect"),
+    ("broker", r"kafka\.Kafka|KafkaRaftServer|kbp_local broker"),
+    ("producers", r"kbp_local produce"),
+    ("registry", r"kbp_local schema-registry"),
+)
 
 
 def run_demo(
@@ -261,10 +257,9 @@ def run_demo(
             f"demo up ({work}): {pipelines} pipeline(s), {minutes:g} minutes at a {interval} s interval",
             flush=True,
         )
-        procs = _long_lived()
-        before, t0 = cpu_use.snapshot(procs), time.monotonic()
+        before, t0 = cpu_use.group_snapshot(CPU_GROUPS), time.monotonic()
         time.sleep(minutes * 60)
-        run.cpu = cpu_use.cores(before, cpu_use.snapshot(procs), time.monotonic() - t0)
+        run.cpu = cpu_use.cores(before, cpu_use.group_snapshot(CPU_GROUPS), time.monotonic() - t0)
     finally:
         for poller in pollers.values():
             poller.stop.set()
@@ -350,6 +345,10 @@ def main() -> None:
             f"  goal: the oldest record of a batch visible <= interval + {PAD:g} s = {goal:g} s: max {worst:.2f} s: "
             f"{'met' if worst <= goal else 'not met'}"
         )
+    print(
+        "  cores used, by process group: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in run.cpu.items() if v >= 0.005)
+    )
     print(f"  the demo's directory, logs and sink: {run.work}")
 
 

@@ -113,9 +113,9 @@ def main() -> None:
     import batch_overhead
     from reader_throughput import produce_records
 
-    from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
+    from airflow_kafka_backpressure.engines.environment import spark_conf_defaults
     from kbp_local.apache_kafka import KafkaBroker
-    from kbp_local.jars import combined_spark_conf, spark_delta_conf, spark_kafka_conf, write_spark_defaults
+    from kbp_local.jars import combined_spark_conf, spark_delta_conf, spark_kafka_conf
     from kbp_local.producer import ensure_topic
     from kbp_local.spark_connect import SparkConnectServer
 
@@ -123,23 +123,7 @@ def main() -> None:
     tmp_root = REPO / ".tmp"
     tmp_root.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-peer-", dir=tmp_root))
-    env = dict(os.environ)
-    env.update(spark_submit_env(work / "submit-env"))
-    write_spark_defaults(work / "spark-conf", spark_kafka_conf())  # the connector, for both sides
-    env["SPARK_CONF_DIR"] = str(work / "spark-conf")
-    env.update(
-        AIRFLOW_HOME=str(work / "airflow"),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{work / 'airflow.db'}",
-        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps(
-            {
-                "conn_type": "spark",
-                "host": "local[2]",
-                "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"},
-            }
-        ),
-        PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-    )
+    env = batch_overhead.task_env(work)  # the connector in spark-defaults, for both sides
     # what each format adds to a spark-submit application (spark.jars given replaces the defaults')
     submit_conf = {
         "parquet": {},

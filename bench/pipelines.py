@@ -12,8 +12,10 @@ records/s from the start (no backlog), default controller settings, the connect 
   reader) from the ``--skip``-th batch on, p50 and p95 over every pipeline's batches;
 * the latest batch (1-based) from which a pipeline's oldest record stays within interval + 10 s
   (issue 44's goal: within 3 batches), the worst pipeline's;
-* the cores used over the run by the machine, the scheduler process, the Connect server and the
-  broker (``/proc``; a task's own processes count in the machine's figure only).
+* the cores used over the run by the machine and by each group of processes (``/proc``,
+  :data:`freshness.CPU_GROUPS`): Airflow's task processes (with the executor's workers that start
+  them), the scheduler, the DAG processor, the API server, the triggerer, the Connect server, the
+  broker, the producers, the registry, and the rest.
 
 Goals (issue 44): 20 pipelines keep up with the oldest record of a batch <= interval + 10 s at
 p95; a pipeline started on a live topic reaches that within 3 batches.
@@ -31,7 +33,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from freshness import batch_rows, percentile, run_demo  # noqa: E402 - bench/ is not a package
+from freshness import CPU_GROUPS, batch_rows, percentile, run_demo  # noqa: E402 - bench/ is not a package
 
 SLACK_S = 10.0  # goal: the oldest record of a batch within interval + 10 s
 WITHIN_BATCHES = 3  # goal: reached by a pipeline's 3rd batch
@@ -83,19 +85,30 @@ def main() -> None:
         f"batch from batch {args.skip + 1} on, seconds"
     )
     print(
-        f"  {'N':>3s} {'kept up':>8s} {'p50':>6s} {'p95':>6s} {'reached by batch (worst)':>25s} "
-        f"{'machine':>8s} {'scheduler':>10s} {'server':>7s} {'broker':>7s} {'load after':>11s}"
+        f"  {'N':>3s} {'kept up':>8s} {'p50':>6s} {'p95':>6s} {'reached by batch (worst)':>25s} {'load after':>11s}"
     )
-    for n, kept_up, oldest, reached, cpu, load in results:
+    for n, kept_up, oldest, reached, _, load in results:
         p50 = f"{percentile(oldest, 0.5):6.1f}" if oldest else f"{'-':>6s}"
         p95 = f"{percentile(oldest, 0.95):6.1f}" if oldest else f"{'-':>6s}"
         worst_reach = (
             "never" if any(r is None for r in reached) else str(max(r for r in reached if r is not None))
         )
+        print(f"  {n:>3d} {kept_up:>4d}/{n:<3d} {p50} {p95} {worst_reach:>25s} {load[1]:11.1f}")
+    names = [name for name, _ in CPU_GROUPS]
+    print(
+        "\ncores used over each run, by process group (a group's ended processes with the one that started them):"
+    )
+    print(
+        f"  {'N':>3s} {'machine':>8s} "
+        + " ".join(f"{name:>{max(len(name), 6)}s}" for name in names)
+        + f" {'the rest':>9s}"
+    )
+    for n, _, _, _, cpu, _ in results:
+        rest = cpu.get("machine", 0.0) - sum(cpu.get(name, 0.0) for name in names)
         print(
-            f"  {n:>3d} {kept_up:>4d}/{n:<3d} {p50} {p95} {worst_reach:>25s} "
-            f"{cpu.get('machine', 0):8.2f} {cpu.get('scheduler', 0):10.2f} {cpu.get('connect server', 0):7.2f} "
-            f"{cpu.get('broker', 0):7.2f} {load[1]:11.1f}"
+            f"  {n:>3d} {cpu.get('machine', 0.0):8.2f} "
+            + " ".join(f"{cpu.get(name, 0.0):>{max(len(name), 6)}.2f}" for name in names)
+            + f" {max(rest, 0.0):9.2f}"
         )
     print("\ngoals:")
     for n, kept_up, oldest, reached, _, _ in results:

@@ -42,6 +42,8 @@ case "$ENGINE" in connect|submit) ;; *) echo "KBP_DEMO_ENGINE must be connect or
 TOPIC=demo-events
 INTERVAL="${KBP_DEMO_INTERVAL:-60}"
 BURST="${KBP_DEMO_BURST:-30000}"
+[[ "$INTERVAL" =~ ^[1-9][0-9]*$ ]] || { echo "KBP_DEMO_INTERVAL must be whole seconds (e.g. 60), not '$INTERVAL'" >&2; exit 2; }
+[[ "$BURST" =~ ^[0-9]+$ ]] || { echo "KBP_DEMO_BURST must be a number of records (0 for none), not '$BURST'" >&2; exit 2; }
 
 # Every service runs in its own session (setsid), so stopping it stops all its children too.
 pids=()
