@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -111,14 +112,20 @@ def print_profile(path: Path, top: int = 30) -> None:
     pstats.Stats(str(path)).strip_dirs().sort_stats("cumulative").print_stats(top)
 
 
-def run_child(env: dict[str, str], *argv: str) -> dict:
+def marked_result(out: subprocess.CompletedProcess[str], mark: str, what: str) -> dict[str, Any]:
+    """The JSON a child printed after ``mark`` on a line of its own; exits naming ``what`` with the
+    child's output when there is none (the child failed)."""
+    for line in out.stdout.splitlines():
+        if line.startswith(mark):
+            return json.loads(line[len(mark) :])
+    raise SystemExit(f"{what} failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}")
+
+
+def run_child(env: dict[str, str], *argv: str) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, __file__, "--one", *argv], env=env, capture_output=True, text=True, timeout=1800
     )
-    for line in out.stdout.splitlines():
-        if line.startswith("KBP_BENCH "):
-            return json.loads(line[len("KBP_BENCH ") :])
-    raise SystemExit(f"batch failed ({' '.join(argv)}):\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}")
+    return marked_result(out, "KBP_BENCH ", f"batch ({' '.join(argv)})")
 
 
 def task_env(work: Path) -> dict[str, str]:

@@ -89,13 +89,6 @@ def peer_query(args: argparse.Namespace) -> None:
         spark.stop()
 
 
-def parse_marked(out: subprocess.CompletedProcess[str], mark: str, what: str) -> dict[str, Any]:
-    for line in out.stdout.splitlines():
-        if line.startswith(mark):
-            return json.loads(line[len(mark) :])
-    raise SystemExit(f"{what} failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3, help="paired rounds (median of the pairs' ratios)")
@@ -171,7 +164,9 @@ def main() -> None:
         t0 = time.monotonic()
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
         wall = time.monotonic() - t0
-        result = parse_marked(out, "KBP_PEER ", f"the peer ({engine}, {fmt}, {count} records)")
+        result = batch_overhead.marked_result(
+            out, "KBP_PEER ", f"the peer ({engine}, {fmt}, {count} records)"
+        )
         if result["records"] != count:
             raise SystemExit(f"the peer read {result} records of {count}:\n{out.stderr[-4000:]}")
         if engine == "submit":  # the whole application, as the project's submit line counts it
