@@ -224,7 +224,7 @@ def run_demo(
                     producers.append(
                         subprocess.Popen(
                             [
-                                str(REPO / ".venv" / "bin" / "python"),
+                                sys.executable,
                                 "-m",
                                 "kbp_local",
                                 "produce",
