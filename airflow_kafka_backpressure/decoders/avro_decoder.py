@@ -41,6 +41,7 @@ from .base import (
     RegisteredSchema,
     SchemaSource,
 )
+from .sql import binary, ident, options_map, string
 from .wire import by_schema_id, header, header_bytes, header_reason, is_one_of, payload, schema_id
 
 #: the field the job's reader schema adds to a record schema: true on every record Avro reads
@@ -162,53 +163,43 @@ class AvroDecoder(RecordDecoder):
             )
         return None
 
-    def decode(self, raw: Any, spec: DecoderSpec) -> Any:
-        from pyspark.sql.avro.functions import from_avro
-
+    def decode(self, raw: str, spec: DecoderSpec) -> str:
         reader = spec.resolved["reader"]["schema"]
+        options = options_map({"avroSchema": reader, "mode": "PERMISSIVE"})
         data = payload(raw)
         return by_schema_id(
             raw,
             {
-                int(id_): from_avro(data, w["schema"], {"avroSchema": reader, "mode": "PERMISSIVE"})
+                int(id_): f"from_avro({data}, {string(w['schema'])}, {options})"
                 for id_, w in spec.resolved["writers"].items()
             },
         )
 
-    def reason(self, raw: Any, decoded: Any, spec: DecoderSpec) -> Any:
-        from pyspark.sql import functions as F
-
-        sid = schema_id(raw)
-        known = [int(i) for i in spec.resolved["writers"]]
-        incompatible = spec.resolved["incompatible"]
+    def reason(self, raw: str, decoded: str, spec: DecoderSpec) -> str:
         reader = spec.resolved["reader"]
-        failed = decoded[DECODED_MARK].isNull() if reader["record"] else decoded.isNull()
-        # the common case first, in one comparison of the header: a known id that Avro read
-        out = F.when(raw.isNull() | (is_one_of(raw, known) & ~failed), F.lit(None).cast("string"))
-        out = out.when(header_reason(raw).isNotNull(), header_reason(raw))
-        head = header(raw)
-        for id_, problem in sorted(incompatible.items()):
-            out = out.when(head == F.lit(header_bytes(int(id_))), F.lit(f"{INCOMPATIBLE_SCHEMA}: {problem}"))
+        # the decode is null for a header that is not a known writer's, so "Avro read it" alone
+        # tells the common case: one test per record, no second look at the header
+        failed = f"{decoded}.{ident(DECODED_MARK)} IS NULL" if reader["record"] else f"{decoded} IS NULL"
+        sid = f"CAST({schema_id(raw)} AS STRING)"
+        branches = [f"WHEN {raw} IS NULL OR NOT ({failed}) THEN NULL"]
+        why_header = header_reason(raw)
+        branches.append(f"WHEN ({why_header}) IS NOT NULL THEN {why_header}")
+        for id_, problem in sorted(spec.resolved["incompatible"].items()):
+            text = string(f"{INCOMPATIBLE_SCHEMA}: {problem}")
+            branches.append(f"WHEN {header(raw)} = {binary(header_bytes(int(id_)))} THEN {text}")
+        known = [int(i) for i in spec.resolved["writers"]]
         subjects = ", ".join(map(repr, spec.resolved["subjects"]))
-        out = out.when(
-            ~is_one_of(raw, known),
-            F.concat(
-                F.lit(f"{UNKNOWN_SCHEMA_ID} "),
-                sid.cast("string"),
-                F.lit(f" (not a version of {subjects} when the batch was prepared)"),
-            ),
+        unknown = string(f" (not a version of {subjects} when the batch was prepared)")
+        branches.append(
+            f"WHEN NOT ({is_one_of(raw, known)}) THEN concat({string(f'{UNKNOWN_SCHEMA_ID} ')}, {sid}, {unknown})"
         )
-        return out.when(
-            failed,
-            F.concat(
-                F.lit(f"{CORRUPT_PAYLOAD}: Avro could not read it as schema id "),
-                sid.cast("string"),
-                F.lit(f" (into subject {reader['subject']!r} version {reader['version']})"),
-            ),
-        )
+        corrupt = string(f"{CORRUPT_PAYLOAD}: Avro could not read it as schema id ")
+        into = string(f" (into subject {reader['subject']!r} version {reader['version']})")
+        branches.append(f"WHEN {failed} THEN concat({corrupt}, {sid}, {into})")
+        return "CASE " + " ".join(branches) + " END"
 
-    def typed(self, decoded: Any, spec: DecoderSpec) -> Any:
-        return decoded.dropFields(DECODED_MARK) if spec.resolved["reader"]["record"] else decoded
+    def markers(self, spec: DecoderSpec) -> tuple[str, ...]:
+        return (DECODED_MARK,) if spec.resolved["reader"]["record"] else ()
 
 
 def _is_record(text: str) -> bool:

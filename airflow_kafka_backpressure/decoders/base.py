@@ -118,11 +118,12 @@ class RecordDecoder(ABC):
        :class:`DecoderError` naming the key;
     2. :meth:`prepare`, where the registry is reachable (an Airflow task): the schemas the job will
        need are read and checked, into a :class:`DecoderSpec` of schema text;
-    3. in the job, column expressions (pyspark ``Column``, evaluated in the JVM, never row by row
-       in Python), in two projections so an expensive decode runs once per record:
-       :meth:`decode` (the decoded value, null or marked when it does not decode), then
-       :meth:`reason` (why not, from the raw bytes and the decoded value; null: decoded) and
-       :meth:`typed` (the value as the sink gets it).
+    3. in the job, column expressions as Spark SQL text (:mod:`.sql`: evaluated in the JVM, never
+       row by row in Python; one parse per projection, no round trip to the JVM per expression
+       node), in two projections so an expensive decode runs once per record: :meth:`decode` (the
+       decoded value, null or marked when it does not decode), then :meth:`reason` (why not, from
+       the raw bytes and the decoded value; null: decoded). The value the sink gets is the decoded
+       one without the decoder's own :meth:`markers`.
     """
 
     #: the name a pipeline's ``key_format`` / ``value_format`` gives
@@ -180,19 +181,20 @@ class RecordDecoder(ABC):
         return None
 
     @abstractmethod
-    def decode(self, raw: Any, spec: DecoderSpec) -> Any:
-        """Step 1: the decoded value of the ``raw`` bytes column (null, or marked, when it does
-        not decode); may be expensive (it runs once per record)."""
+    def decode(self, raw: str, spec: DecoderSpec) -> str:
+        """Step 1: the decoded value of the ``raw`` bytes (SQL text of a binary column), as SQL text
+        (null, or marked, when it does not decode); may be expensive (it runs once per record)."""
 
-    def reason(self, raw: Any, decoded: Any, spec: DecoderSpec) -> Any | None:
-        """Step 2: why the record did not decode, a string column starting with one of
-        :data:`REASON_KINDS` (null: it decoded), from the raw bytes and the column of step 1;
-        None when no record can fail (:attr:`can_fail`)."""
+    def reason(self, raw: str, decoded: str, spec: DecoderSpec) -> str | None:
+        """Step 2: why the record did not decode, SQL text of a string starting with one of
+        :data:`REASON_KINDS` (null: it decoded), from the raw bytes and the column of step 1 (both
+        SQL text); None when no record can fail (:attr:`can_fail`)."""
         return None
 
-    def typed(self, decoded: Any, spec: DecoderSpec) -> Any:
-        """Step 2: the value the sink gets, from the column of step 1 (default: as decoded)."""
-        return decoded
+    def markers(self, spec: DecoderSpec) -> tuple[str, ...]:
+        """Fields of the decoded struct that are this decoder's own (a mark it reads in
+        :meth:`reason`), dropped from the value the sink gets; default: none."""
+        return ()
 
     def _registry(self, registry: SchemaSource | None) -> SchemaSource:
         if registry is None:

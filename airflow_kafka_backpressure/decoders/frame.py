@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .base import FATAL_KINDS, FIELDS, DecoderError, DecoderSpec
+from .sql import NULL_STRING, any_of, ident, string
 
 #: why a record did not decode (null: it decoded)
 REASON = "_kbp_reason"
@@ -56,6 +57,17 @@ def _decoding_column(field: str) -> str:
     return f"_kbp_{field}_decoding"
 
 
+def _kept_fields(decoded: Any, field: str, markers: tuple[str, ...]) -> list[str] | None:
+    """The fields of ``field``'s decoded struct that the sink gets (all but the decoder's
+    ``markers``), or None when the decoded value is not a struct."""
+    from pyspark.sql.types import StructType
+
+    kind = decoded.schema[_decoding_column(field)].dataType
+    if not isinstance(kind, StructType):
+        return None
+    return [f.name for f in kind.fields if f.name not in markers]
+
+
 def decode_frame(df: Any, specs: Mapping[str, DecoderSpec], *, observe: Any = None) -> Any:
     """``df`` with its ``specs``' fields decoded (module doc); a field without a spec gets no typed
     column (it stays as Kafka holds it). Lazy.
@@ -65,9 +77,9 @@ def decode_frame(df: Any, specs: Mapping[str, DecoderSpec], *, observe: Any = No
     the decoder's output directly (:func:`query_rows`) then builds no typed struct per record.
     The observation is also what keeps Spark from pushing a filter on :data:`REASON` below the
     decode, which would evaluate the decode once more per use; without one, persist the frame
-    before splitting it (the batch job does one or the other)."""
-    from pyspark.sql import functions as F
+    before splitting it (the batch job does one or the other).
 
+    Each projection goes to Spark as SQL text, one ``selectExpr`` (:mod:`.sql`)."""
     from . import decoder_from_spec
 
     decoders = {}
@@ -77,46 +89,54 @@ def decode_frame(df: Any, specs: Mapping[str, DecoderSpec], *, observe: Any = No
                 f"the spec of {spec.field!r} is given for {field!r}; fields are {', '.join(FIELDS)}"
             )
         decoders[field] = (decoder_from_spec(spec), spec)
-    step1 = df.select(
-        *KAFKA_COLUMNS,
-        *(d.decode(F.col(f), s).alias(_decoding_column(f)) for f, (d, s) in decoders.items()),
+    kafka = [ident(c) for c in KAFKA_COLUMNS]
+    decoding = [ident(_decoding_column(f)) for f in decoders]
+    step1 = df.selectExpr(
+        *kafka,
+        *(f"{d.decode(ident(f), s)} AS {ident(_decoding_column(f))}" for f, (d, s) in decoders.items()),
     )
     reasons = []
     for f, (d, s) in decoders.items():
-        why = d.reason(F.col(f), F.col(_decoding_column(f)), s) if d.can_fail else None
+        why = d.reason(ident(f), ident(_decoding_column(f)), s) if d.can_fail else None
         if why is not None:
-            reasons.append(F.concat(F.lit(f"{f}: "), why))  # null when ``why`` is
+            reasons.append(f"concat({string(f'{f}: ')}, {why})")  # null when ``why`` is
     if not reasons:
-        reason = F.lit(None).cast("string")
+        reason = NULL_STRING
     elif len(reasons) == 1:
         reason = reasons[0]
     else:
-        failed = F.lit(False)
-        for r in reasons:
-            failed = failed | r.isNotNull()
-        reason = F.when(failed, F.concat_ws("; ", *reasons))
-    step2 = step1.select(*KAFKA_COLUMNS, reason.alias(REASON), *(_decoding_column(f) for f in decoders))
+        failed = any_of(f"{r} IS NOT NULL" for r in reasons)
+        reason = f"CASE WHEN {failed} THEN concat_ws('; ', {', '.join(reasons)}) END"
+    step2 = step1.selectExpr(*kafka, f"{reason} AS {ident(REASON)}", *decoding)
     if observe is not None:
         step2 = step2.observe(observe[0], *observe[1])
     # a bad record's typed value is not read: good_rows and query_rows take the rows whose reason
     # is null, bad_rows the raw bytes (no projection to null it: it would cost every record a copy)
-    return step2.select(
-        *KAFKA_COLUMNS,
-        *(d.typed(F.col(_decoding_column(f)), s).alias(typed_column(f)) for f, (d, s) in decoders.items()),
-        REASON,
-        *(_decoding_column(f) for f in decoders),
-    )
+    typed = []
+    for f, (d, s) in decoders.items():
+        source = ident(_decoding_column(f))
+        markers = d.markers(s)
+        kept = _kept_fields(step1, f, markers) if markers else None
+        if kept is None:
+            typed.append(f"{source} AS {ident(typed_column(f))}")
+        else:
+            fields = ", ".join(f"{string(n)}, {source}.{ident(n)}" for n in kept)
+            typed.append(
+                f"CASE WHEN {source} IS NULL THEN NULL ELSE named_struct({fields}) END AS {ident(typed_column(f))}"
+            )
+    return step2.selectExpr(*kafka, *typed, ident(REASON), *decoding)
 
 
 def good_rows(decoded: Any, *, keep_raw: bool = False) -> Any:
     """The records that decoded, in Kafka's columns with ``key``/``value`` typed where decoded
     (``keep_raw``: the raw bytes too, as ``raw_key``/``raw_value``)."""
-    from pyspark.sql import functions as F
-
     columns = set(decoded.columns)
-    raw = [F.col(c).alias(f"raw_{c}") for c in ("key", "value")] if keep_raw else []
-    return decoded.where(F.col(REASON).isNull()).select(
-        *(F.col(typed_column(c)).alias(c) if typed_column(c) in columns else F.col(c) for c in KAFKA_COLUMNS),
+    raw = [f"{ident(c)} AS {ident(f'raw_{c}')}" for c in ("key", "value")] if keep_raw else []
+    return decoded.where(f"{ident(REASON)} IS NULL").selectExpr(
+        *(
+            f"{ident(typed_column(c))} AS {ident(c)}" if typed_column(c) in columns else ident(c)
+            for c in KAFKA_COLUMNS
+        ),
         *raw,
     )
 
@@ -126,62 +146,47 @@ def query_rows(decoded: Any, *, keep_raw_value: bool = False) -> Any:
     level, Kafka's metadata under :data:`METADATA_COLUMNS`; a value that is not a record (raw
     bytes, a primitive) stays ``value``. ``keep_raw_value``: the raw value too
     (:data:`RAW_VALUE_COLUMN`)."""
-    from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
-    good = good_rows(decoded, keep_raw=keep_raw_value)
-    raw = [F.col("raw_value").alias(RAW_VALUE_COLUMN)] if keep_raw_value else []
-    metadata = [F.col(c).alias(name) for c, name in METADATA_COLUMNS.items()]
-    value_type = good.schema["value"].dataType
+    schema = decoded.schema
+    columns = set(schema.fieldNames())
+    key = ident(typed_column("key")) if typed_column("key") in columns else ident("key")
+    metadata = [f"{key if c == 'key' else ident(c)} AS {ident(name)}" for c, name in METADATA_COLUMNS.items()]
+    raw = [f"{ident('value')} AS {ident(RAW_VALUE_COLUMN)}"] if keep_raw_value else []
+    good = decoded.where(f"{ident(REASON)} IS NULL")
+    typed = typed_column("value")
+    value_type = schema[typed].dataType if typed in columns else schema["value"].dataType
     if not isinstance(value_type, StructType):
-        return good.select(F.col("value"), *metadata, *raw)
-    clash = sorted({f.name for f in value_type.fields} & {*METADATA_COLUMNS.values(), RAW_VALUE_COLUMN})
+        value = ident(typed) if typed in columns else ident("value")
+        return good.selectExpr(f"{value} AS {ident('value')}", *metadata, *raw)
+    names = value_type.fieldNames()
+    clash = sorted(set(names) & {*METADATA_COLUMNS.values(), RAW_VALUE_COLUMN})
     if clash:
         raise DecoderError(
             f"the value's fields {', '.join(map(repr, clash))} have the names of Kafka's metadata columns; rename them"
         )
-    # each field straight from the decoder's output where the typed value only dropped fields of it
-    # (the decoders' own markers): no record is copied into a new struct first
-    source = F.col("value")
-    decoding = _decoding_column("value")
-    if decoding in decoded.columns:
-        inner = decoded.schema[decoding].dataType
-        own = {f.name: f.dataType for f in inner.fields} if isinstance(inner, StructType) else {}
-        if all(own.get(f.name) == f.dataType for f in value_type.fields):
-            good = decoded.where(F.col(REASON).isNull()).select(
-                *(
-                    F.col(typed_column(c)).alias(c) if typed_column(c) in decoded.columns else F.col(c)
-                    for c in KAFKA_COLUMNS
-                    if c != "value"
-                ),
-                F.col(decoding).alias("value"),
-                *([F.col("value").alias("raw_value")] if keep_raw_value else []),
-            )
-    return good.select(*(source[f.name].alias(f.name) for f in value_type.fields), *metadata, *raw)
+    # each field straight from the decoder's output (the typed value is it without the decoder's
+    # markers): no record is copied into a new struct first
+    source = ident(_decoding_column("value")) if _decoding_column("value") in columns else ident(typed)
+    return good.selectExpr(*(f"{source}.{ident(n)} AS {ident(n)}" for n in names), *metadata, *raw)
 
 
 def bad_rows(decoded: Any) -> Any:
     """The records that did not decode, as the error table holds them (:data:`ERROR_TABLE_COLUMNS`:
     the raw key and value, and the reason)."""
-    from pyspark.sql import functions as F
-
-    return decoded.where(F.col(REASON).isNotNull()).select(
-        "topic", "partition", "offset", "timestamp", "key", "value", F.col(REASON).alias("reason")
+    return decoded.where(f"{ident(REASON)} IS NOT NULL").selectExpr(
+        *(ident(c) for c in ("topic", "partition", "offset", "timestamp", "key", "value")),
+        f"{ident(REASON)} AS {ident('reason')}",
     )
 
 
-def is_fatal() -> Any:
-    """Whether a decoded record's :data:`REASON` fails the batch (:data:`~.base.FATAL_KINDS`; a
-    boolean column, false for a record that decoded)."""
-    from pyspark.sql import functions as F
-
-    reason = F.col(REASON)
-    fatal = F.lit(False)
-    for kind in FATAL_KINDS:
-        fatal = fatal | reason.contains(f": {kind}")
-    return reason.isNotNull() & fatal
+def is_fatal(column: str = REASON) -> str:
+    """Whether a decoded record's reason (in ``column``) fails the batch
+    (:data:`~.base.FATAL_KINDS`), as SQL text of a boolean, false for a record that decoded."""
+    kinds = any_of(f"contains({ident(column)}, {string(f': {kind}')})" for kind in FATAL_KINDS)
+    return f"{ident(column)} IS NOT NULL AND ({kinds})"
 
 
 def fatal_rows(decoded: Any) -> Any:
     """The bad records whose reason fails the batch (:data:`~.base.FATAL_KINDS`)."""
-    return bad_rows(decoded).where(is_fatal())
+    return bad_rows(decoded).where(is_fatal("reason"))

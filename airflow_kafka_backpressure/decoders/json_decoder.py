@@ -27,6 +27,7 @@ from typing import Any
 
 from .base import INVALID_JSON, UNKNOWN_SCHEMA_ID, DecoderError, DecoderSpec, RecordDecoder, SchemaSource
 from .json_schema import spark_type
+from .sql import ident, options_map, string
 from .wire import header_reason, is_one_of, payload, schema_id
 
 #: the field Spark's from_json fills with the text of a record it cannot parse into the schema
@@ -110,44 +111,40 @@ class JsonDecoder(RecordDecoder):
         }
         return DecoderSpec(self.name, self.field, self.options, resolved)
 
-    def decode(self, raw: Any, spec: DecoderSpec) -> Any:
-        from pyspark.sql import functions as F
-        from pyspark.sql.types import StringType, StructField, StructType
-
-        text = (payload(raw) if spec.resolved["header"] else raw).cast("string")
-        schema: Any
+    def decode(self, raw: str, spec: DecoderSpec) -> str:
+        text = f"CAST({payload(raw) if spec.resolved['header'] else raw} AS STRING)"
         if "spark_type" in spec.resolved:
-            schema = StructType.fromJson(spec.resolved["spark_type"]).add(
-                StructField(CORRUPT_FIELD, StringType())
-            )
+            struct = dict(spec.resolved["spark_type"])
+            corrupt = {"name": CORRUPT_FIELD, "type": "string", "nullable": True, "metadata": {}}
+            struct["fields"] = [*struct.get("fields", []), corrupt]
+            schema = json.dumps(struct, separators=(",", ":"))
         else:
             schema = f"{spec.resolved['ddl']}, {CORRUPT_FIELD} STRING"
-        return F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_FIELD})
+        options = options_map({"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_FIELD})
+        return f"from_json({text}, {string(schema)}, {options})"
 
-    def reason(self, raw: Any, decoded: Any, spec: DecoderSpec) -> Any:
-        from pyspark.sql import functions as F
-
-        good = decoded[CORRUPT_FIELD].isNull()
+    def reason(self, raw: str, decoded: str, spec: DecoderSpec) -> str:
+        parsed = f"{decoded}.{ident(CORRUPT_FIELD)} IS NULL"
         known = spec.resolved["known_ids"]
-        if spec.resolved["header"] and known is not None:  # the common case first: a known id, parsed
-            good = good & is_one_of(raw, known)
-        elif spec.resolved["header"]:
-            good = good & header_reason(raw).isNull()
-        out = F.when(raw.isNull() | good, F.lit(None).cast("string"))
-        if spec.resolved["header"]:
-            out = out.when(header_reason(raw).isNotNull(), header_reason(raw))
+        header = spec.resolved["header"]
+        good = parsed
+        if header and known is not None:  # the common case first: a known id, parsed
+            good = f"{parsed} AND {is_one_of(raw, known)}"
+        elif header:
+            good = f"{parsed} AND ({header_reason(raw)}) IS NULL"
+        branches = [f"WHEN {raw} IS NULL OR ({good}) THEN NULL"]
+        if header:
+            branches.append(f"WHEN ({header_reason(raw)}) IS NOT NULL THEN {header_reason(raw)}")
             if known is not None:
                 subjects = ", ".join(map(repr, spec.resolved["subjects"]))
-                out = out.when(
-                    ~is_one_of(raw, known),
-                    F.concat(
-                        F.lit(f"{UNKNOWN_SCHEMA_ID} "),
-                        schema_id(raw).cast("string"),
-                        F.lit(f" (not a version of {subjects} when the batch was prepared)"),
-                    ),
+                unknown = string(f" (not a version of {subjects} when the batch was prepared)")
+                sid = f"CAST({schema_id(raw)} AS STRING)"
+                branches.append(
+                    f"WHEN NOT ({is_one_of(raw, known)}) THEN concat({string(f'{UNKNOWN_SCHEMA_ID} ')}, {sid}, {unknown})"
                 )
         what = "JSON text that is not JSON or does not fit the declared schema"
-        return out.when(decoded[CORRUPT_FIELD].isNotNull(), F.lit(f"{INVALID_JSON}: {what}"))
+        branches.append(f"WHEN NOT ({parsed}) THEN {string(f'{INVALID_JSON}: {what}')}")
+        return "CASE " + " ".join(branches) + " END"
 
-    def typed(self, decoded: Any, spec: DecoderSpec) -> Any:
-        return decoded.dropFields(CORRUPT_FIELD)
+    def markers(self, spec: DecoderSpec) -> tuple[str, ...]:
+        return (CORRUPT_FIELD,)

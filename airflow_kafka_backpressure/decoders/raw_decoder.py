@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from .base import DecoderSpec, RecordDecoder, SchemaSource
 
@@ -16,5 +15,5 @@ class RawDecoder(RecordDecoder):
     def prepare(self, topics: Sequence[str], registry: SchemaSource | None) -> DecoderSpec:
         return DecoderSpec(self.name, self.field, self.options, {})
 
-    def decode(self, raw: Any, spec: DecoderSpec) -> Any:
+    def decode(self, raw: str, spec: DecoderSpec) -> str:
         return raw

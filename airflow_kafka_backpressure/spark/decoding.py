@@ -39,6 +39,7 @@ from airflow_kafka_backpressure.decoders.frame import (
     is_fatal,
     query_rows,
 )
+from airflow_kafka_backpressure.decoders.sql import ident
 from airflow_kafka_backpressure.sinks import SetAside
 from airflow_kafka_backpressure.sinks.completion import key_value_bytes, range_counts
 from airflow_kafka_backpressure.spark.errors import JobError
@@ -58,8 +59,8 @@ def _count_exprs(ranges: Sequence[OffsetRange]) -> list[Any]:
 
     return [
         F.sum(key_value_bytes()).alias("bytes"),
-        F.count(REASON).alias("bad"),
-        F.count(F.when(is_fatal(), 1)).alias("fatal"),
+        F.expr(f"count({ident(REASON)}) AS bad"),
+        F.expr(f"count(CASE WHEN {is_fatal()} THEN 1 END) AS fatal"),
         *range_counts(ranges),
     ]
 

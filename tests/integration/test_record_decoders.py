@@ -19,7 +19,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from airflow_kafka_backpressure.decoders import decoder_for
+from airflow_kafka_backpressure.decoders import decoder_for, sql
 from airflow_kafka_backpressure.decoders.frame import (
     ERROR_TABLE_COLUMNS,
     METADATA_COLUMNS,
@@ -279,6 +279,38 @@ def test_json_with_a_schema_declared_in_the_pipelines_file(spark, kafka_broker, 
     assert bytes(rows[0]["kafka_value"]) == values[0] and bytes(rows[0]["kafka_key"]) == b"k"
     reasons = {r["offset"]: r["reason"] for r in bad_rows(decoded).collect()}
     assert sorted(reasons) == [2, 3] and all(r.startswith("value: invalid JSON") for r in reasons.values())
+
+
+@pytest.mark.parametrize("escaped", ["false", "true"])
+def test_the_decoders_sql_literals_read_back_as_written_under_either_parser_setting(spark, escaped):
+    """The decoders' expressions are SQL text (decoders.sql): a schema or reason with quotes,
+    backslashes, non-ASCII or a newline must reach Spark exactly, whether or not the session reads
+    backslashes in string literals as escapes (spark.sql.parser.escapedStringLiterals)."""
+    texts = [
+        "plain",
+        "Confluent's",
+        'a "quoted" word',
+        "back\\slash \\n",
+        "h\u00e9llo \u2603",
+        "two\nlines",
+        "",
+    ]
+    before = spark.conf.get("spark.sql.parser.escapedStringLiterals")
+    spark.conf.set("spark.sql.parser.escapedStringLiterals", escaped)
+    try:
+        row = (
+            spark.range(1)
+            .selectExpr(
+                *(f"{sql.string(t)} AS t{i}" for i, t in enumerate(texts)),
+                f"{sql.binary(bytes([0, 1, 255]))} AS b",
+                f"1 AS {sql.ident('odd `name`')}",
+            )
+            .collect()[0]
+        )
+    finally:
+        spark.conf.set("spark.sql.parser.escapedStringLiterals", before)
+    assert [row[f"t{i}"] for i in range(len(texts))] == texts
+    assert row["b"] == bytearray([0, 1, 255]) and row["odd `name`"] == 1
 
 
 def test_raw_leaves_kafkas_columns_as_they_are(spark, kafka_broker, topic_name):

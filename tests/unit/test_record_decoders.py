@@ -361,3 +361,27 @@ def test_the_decoders_import_no_airflow_spark_or_clients():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == ""
+
+
+def test_sql_literals_stay_readable_when_plain_and_exact_otherwise():
+    from airflow_kafka_backpressure.decoders import sql
+
+    assert sql.string("value: ") == "'value: '"
+    for text in ("it's", "a\\b", "h\u00e9", "two\nlines", "tab\there"):
+        assert sql.string(text) == f"CAST(X'{text.encode().hex()}' AS STRING)"
+    assert sql.binary(b"\x00\x00\x00\x00\x07") == "X'0000000007'"
+    assert sql.ident("kafka_key") == "`kafka_key`" and sql.ident("a`b") == "`a``b`"
+    assert sql.options_map({"mode": "PERMISSIVE"}) == "map('mode', 'PERMISSIVE')"
+    assert sql.any_of([]) == "false" and sql.any_of(["a", "b"]) == "(a) OR (b)"
+
+
+def test_the_wire_formats_checks_are_sql_over_the_column_they_are_given():
+    from airflow_kafka_backpressure.decoders import wire
+
+    assert wire.is_one_of("`value`", [7, 3]) == "substr(`value`, 1, 5) IN (X'0000000003', X'0000000007')"
+    assert wire.is_one_of("`value`", []) == "false"
+    assert wire.by_schema_id("`k`", {}) == "NULL"
+    assert wire.by_schema_id("`k`", {2: "e2", 1: "e1"}) == (
+        "CASE WHEN substr(`k`, 1, 5) = X'0000000001' THEN e1 WHEN substr(`k`, 1, 5) = X'0000000002' THEN e2 END"
+    )
+    assert wire.payload("`k`") == "substr(`k`, 6)"
