@@ -12,8 +12,8 @@
 # package is what constraints/spark-<minor>.txt pins too: the files differ only in those two lines.
 # The jars (Kafka connector, spark-avro, Delta) follow the pyspark found (kbp_local/jars.py).
 #
-# What the leg covers (docs/versions.md): the Delta sink's protocol; the batch job with both readers
-# (native and python), exactly once; Delta through the pipeline; the pipeline end to end on both engines (spark-submit and a
+# What the leg covers (docs/versions.md): the Delta and Iceberg sinks' protocols; the batch job with both readers
+# (native and python), exactly once; Delta and Iceberg through the pipeline; the pipeline end to end on both engines (spark-submit and a
 # Connect server of that release), a failed batch and its replay; the record decoders (from_avro,
 # from_json) in the job and through the Connect server; the monitoring page's API.
 set -euo pipefail
@@ -40,6 +40,8 @@ echo "spark_leg: Spark $release" >&2
 exec .venv/bin/python -m pytest -q --durations=15 -p no:cacheprovider \
     tests/integration/test_delta_sink.py \
     tests/integration/test_delta_pipeline.py \
+    tests/integration/test_iceberg_sink.py \
+    tests/integration/test_iceberg_pipeline.py \
     tests/integration/test_spark_job.py \
     tests/integration/test_pipeline_e2e.py \
     tests/integration/test_record_decoders.py \
