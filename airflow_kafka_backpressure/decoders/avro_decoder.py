@@ -34,7 +34,6 @@ from typing import Any
 from .base import (
     CORRUPT_PAYLOAD,
     INCOMPATIBLE_SCHEMA,
-    UNKNOWN_SCHEMA_ID,
     DecoderError,
     DecoderSpec,
     RecordDecoder,
@@ -42,7 +41,7 @@ from .base import (
     SchemaSource,
 )
 from .sql import binary, ident, options_map, string
-from .wire import by_schema_id, header, header_bytes, header_reason, is_one_of, payload, schema_id
+from .wire import bad_header_branch, by_schema_id, header, header_bytes, payload, schema_id, unknown_id_branch
 
 #: the field the job's reader schema adds to a record schema: true on every record Avro reads
 DECODED_MARK = "_kbp_decoded"
@@ -181,18 +180,12 @@ class AvroDecoder(RecordDecoder):
         # tells the common case: one test per record, no second look at the header
         failed = f"{decoded}.{ident(DECODED_MARK)} IS NULL" if reader["record"] else f"{decoded} IS NULL"
         sid = f"CAST({schema_id(raw)} AS STRING)"
-        branches = [f"WHEN {raw} IS NULL OR NOT ({failed}) THEN NULL"]
-        why_header = header_reason(raw)
-        branches.append(f"WHEN ({why_header}) IS NOT NULL THEN {why_header}")
+        branches = [f"WHEN {raw} IS NULL OR NOT ({failed}) THEN NULL", bad_header_branch(raw)]
         for id_, problem in sorted(spec.resolved["incompatible"].items()):
             text = string(f"{INCOMPATIBLE_SCHEMA}: {problem}")
             branches.append(f"WHEN {header(raw)} = {binary(header_bytes(int(id_)))} THEN {text}")
         known = [int(i) for i in spec.resolved["writers"]]
-        subjects = ", ".join(map(repr, spec.resolved["subjects"]))
-        unknown = string(f" (not a version of {subjects} when the batch was prepared)")
-        branches.append(
-            f"WHEN NOT ({is_one_of(raw, known)}) THEN concat({string(f'{UNKNOWN_SCHEMA_ID} ')}, {sid}, {unknown})"
-        )
+        branches.append(unknown_id_branch(raw, known, spec.resolved["subjects"]))
         corrupt = string(f"{CORRUPT_PAYLOAD}: Avro could not read it as schema id ")
         into = string(f" (into subject {reader['subject']!r} version {reader['version']})")
         branches.append(f"WHEN {failed} THEN concat({corrupt}, {sid}, {into})")

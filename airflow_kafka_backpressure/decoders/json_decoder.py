@@ -25,10 +25,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .base import INVALID_JSON, UNKNOWN_SCHEMA_ID, DecoderError, DecoderSpec, RecordDecoder, SchemaSource
+from .base import INVALID_JSON, DecoderError, DecoderSpec, RecordDecoder, SchemaSource
 from .json_schema import spark_type
 from .sql import ident, options_map, string
-from .wire import header_reason, is_one_of, payload, schema_id
+from .wire import bad_header_branch, header_reason, is_one_of, payload, unknown_id_branch
 
 #: the field Spark's from_json fills with the text of a record it cannot parse into the schema
 CORRUPT_FIELD = "_kbp_corrupt"
@@ -134,14 +134,9 @@ class JsonDecoder(RecordDecoder):
             good = f"{parsed} AND ({header_reason(raw)}) IS NULL"
         branches = [f"WHEN {raw} IS NULL OR ({good}) THEN NULL"]
         if header:
-            branches.append(f"WHEN ({header_reason(raw)}) IS NOT NULL THEN {header_reason(raw)}")
+            branches.append(bad_header_branch(raw))
             if known is not None:
-                subjects = ", ".join(map(repr, spec.resolved["subjects"]))
-                unknown = string(f" (not a version of {subjects} when the batch was prepared)")
-                sid = f"CAST({schema_id(raw)} AS STRING)"
-                branches.append(
-                    f"WHEN NOT ({is_one_of(raw, known)}) THEN concat({string(f'{UNKNOWN_SCHEMA_ID} ')}, {sid}, {unknown})"
-                )
+                branches.append(unknown_id_branch(raw, known, spec.resolved["subjects"]))
         what = "JSON text that is not JSON or does not fit the declared schema"
         branches.append(f"WHEN NOT ({parsed}) THEN {string(f'{INVALID_JSON}: {what}')}")
         return "CASE " + " ".join(branches) + " END"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import TOO_SHORT, WRONG_MAGIC_BYTE
+from .base import TOO_SHORT, UNKNOWN_SCHEMA_ID, WRONG_MAGIC_BYTE
 from .sql import binary, string
 
 MAGIC_BYTE = 0
@@ -77,3 +77,19 @@ def by_schema_id(raw: str, decoders: dict[int, str]) -> str:
         for id_, expr in sorted(decoders.items())
     )
     return f"CASE {branches} END"
+
+
+def bad_header_branch(raw: str) -> str:
+    """A ``CASE`` branch giving :func:`header_reason` where ``raw`` has no Confluent header."""
+    why = header_reason(raw)
+    return f"WHEN ({why}) IS NOT NULL THEN {why}"
+
+
+def unknown_id_branch(raw: str, known: Sequence[int], subjects: Sequence[str]) -> str:
+    """A ``CASE`` branch naming the schema id of a header that is none of ``known`` (the versions
+    of ``subjects`` when the batch was prepared)."""
+    named = ", ".join(map(repr, subjects))
+    return (
+        f"WHEN NOT ({is_one_of(raw, known)}) THEN concat({string(f'{UNKNOWN_SCHEMA_ID} ')}, "
+        f"CAST({schema_id(raw)} AS STRING), {string(f' (not a version of {named} when the batch was prepared)')})"
+    )
