@@ -17,7 +17,7 @@ The runs come in pairs, one of each, in alternating order (raw first, then avro 
 always runs in the other's wake); the median of the ``--repeat`` pairs' ratios (raw seconds / avro
 seconds: avro's throughput as a share of raw's) is the figure, with the best of each. Goal: avro >= 0.7x raw's throughput on 1,000,000 records.
 
-    .venv/bin/python bench/decoding.py                   # 1,000,000 records, 4 partitions, 5 pairs
+    .venv/bin/python bench/decoding.py                   # 1,000,000 records, 4 partitions, 8 pairs
     .venv/bin/python bench/decoding.py --records 100000 --repeat 2
 """
 
@@ -99,7 +99,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--repeat", type=int, default=5, help="pairs of runs (raw, then avro)")
+    ap.add_argument("--repeat", type=int, default=8, help="pairs of runs (raw, then avro)")
     ap.add_argument("--warmup", type=int, default=1, help="uncounted pairs first")
     args = ap.parse_args()
 
