@@ -25,9 +25,10 @@ Adding one is a module with a :class:`~.base.RecordDecoder` and a line here (or 
    URL or credential;
 3. the Spark job builds column expressions (Spark SQL text, :mod:`.sql`) from the specs
    (:func:`~.frame.decode_frame`), decodes each record once, in the JVM, and splits the same data
-   into good rows (:func:`~.frame.good_rows`, :func:`~.frame.query_rows`) and the error table's rows (:func:`~.frame.bad_rows`), each bad
-   record with a reason that starts with one of :data:`~.base.REASON_KINDS`; a reason of
-   :data:`~.base.FATAL_KINDS` (:func:`~.frame.fatal_rows`) fails the batch instead.
+   into good rows (:func:`~.frame.good_rows`, :func:`~.frame.query_rows`) and the error table's
+   rows (:func:`~.frame.bad_rows`), each bad record with a reason that starts with one of
+   :data:`~.base.REASON_KINDS`; a reason of :data:`~.base.FATAL_KINDS` (:func:`~.frame.fatal_rows`)
+   fails the batch instead.
 
 No protobuf decoder yet: Spark's ``spark-protobuf`` for Spark 4.2 is not published on Maven
 Central.

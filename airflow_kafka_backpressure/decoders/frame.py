@@ -57,12 +57,12 @@ def _decoding_column(field: str) -> str:
     return f"_kbp_{field}_decoding"
 
 
-def _kept_fields(decoded: Any, field: str, markers: tuple[str, ...]) -> list[str] | None:
-    """The fields of ``field``'s decoded struct that the sink gets (all but the decoder's
-    ``markers``), or None when the decoded value is not a struct."""
+def _kept_fields(schema: Any, field: str, markers: tuple[str, ...]) -> list[str] | None:
+    """The fields of ``field``'s decoded struct (in ``schema``, a frame's) that the sink gets (all
+    but the decoder's ``markers``), or None when the decoded value is not a struct."""
     from pyspark.sql.types import StructType
 
-    kind = decoded.schema[_decoding_column(field)].dataType
+    kind = schema[_decoding_column(field)].dataType
     if not isinstance(kind, StructType):
         return None
     return [f.name for f in kind.fields if f.name not in markers]
@@ -113,10 +113,12 @@ def decode_frame(df: Any, specs: Mapping[str, DecoderSpec], *, observe: Any = No
     # a bad record's typed value is not read: good_rows and query_rows take the rows whose reason
     # is null, bad_rows the raw bytes (no projection to null it: it would cost every record a copy)
     typed = []
-    for f, (d, s) in decoders.items():
+    marked = {f: d.markers(s) for f, (d, s) in decoders.items()}
+    schema = step1.schema if any(marked.values()) else None  # one analysis for every field
+    for f in decoders:
         source = ident(_decoding_column(f))
-        markers = d.markers(s)
-        kept = _kept_fields(step1, f, markers) if markers else None
+        markers = marked[f]
+        kept = _kept_fields(schema, f, markers) if markers else None
         if kept is None:
             typed.append(f"{source} AS {ident(typed_column(f))}")
         else:
