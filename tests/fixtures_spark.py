@@ -46,9 +46,12 @@ def local_session(work_dir: Path, app_name: str, conf: dict[str, str]) -> Iterat
     JVM ends (and the environment is restored) on exit, so the next session starts a fresh one."""
     from airflow_kafka_backpressure.engines.environment import spark_conf_defaults, spark_submit_env
 
-    # The py4j gateway starts the JVM through spark-submit with this process's environment.
-    saved = dict(os.environ)
-    os.environ.update(spark_submit_env(work_dir))
+    # The py4j gateway starts the JVM through spark-submit with this process's environment. Only
+    # the keys set here are put back on exit: a session fixture set up meanwhile (the Kafka
+    # connector's SPARK_CONF_DIR) keeps what it set.
+    ours = spark_submit_env(work_dir)
+    saved = {key: os.environ.get(key) for key in ours}
+    os.environ.update(ours)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(SPARK_MASTER).appName(app_name)
@@ -60,8 +63,11 @@ def local_session(work_dir: Path, app_name: str, conf: dict[str, str]) -> Iterat
     finally:
         session.stop()
         _shutdown_gateway()
-        os.environ.clear()
-        os.environ.update(saved)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _shutdown_gateway() -> None:
