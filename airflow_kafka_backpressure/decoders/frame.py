@@ -107,9 +107,6 @@ def decode_frame(df: Any, specs: Mapping[str, DecoderSpec], *, observe: Any = No
     else:
         failed = any_of(f"{r} IS NOT NULL" for r in reasons)
         reason = f"CASE WHEN {failed} THEN concat_ws('; ', {', '.join(reasons)}) END"
-    step2 = step1.selectExpr(*kafka, f"{reason} AS {ident(REASON)}", *decoding)
-    if observe is not None:
-        step2 = step2.observe(observe[0], *observe[1])
     # a bad record's typed value is not read: good_rows and query_rows take the rows whose reason
     # is null, bad_rows the raw bytes (no projection to null it: it would cost every record a copy)
     typed = []
@@ -126,7 +123,12 @@ def decode_frame(df: Any, specs: Mapping[str, DecoderSpec], *, observe: Any = No
             typed.append(
                 f"CASE WHEN {source} IS NULL THEN NULL ELSE named_struct({fields}) END AS {ident(typed_column(f))}"
             )
-    return step2.selectExpr(*kafka, *typed, ident(REASON), *decoding)
+    # the typed values beside the reason: a query that reads neither (query_rows reads the
+    # decoder's output) has them pruned, and the frame is one projection fewer for Spark to analyse
+    step2 = step1.selectExpr(*kafka, *typed, f"{reason} AS {ident(REASON)}", *decoding)
+    if observe is not None:
+        step2 = step2.observe(observe[0], *observe[1])
+    return step2
 
 
 def good_rows(decoded: Any, *, keep_raw: bool = False) -> Any:

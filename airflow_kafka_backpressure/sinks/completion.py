@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_kafka_backpressure.batch.models import OffsetRange, TopicPartition
+from airflow_kafka_backpressure.decoders.sql import ident, string
 from airflow_kafka_backpressure.storage import Location, location
 
 
@@ -93,26 +94,24 @@ def executor_identity() -> str:
     return f"{socket.gethostname()}|{os.getcwd()}|{os.getppid()}"
 
 
-def key_value_bytes() -> Any:
-    """A record's key + value bytes (a column of Kafka's rows; a null key or value counts 0)."""
-    from pyspark.sql import functions as F
+def key_value_bytes() -> str:
+    """A record's key + value bytes, as Spark SQL text over Kafka's columns (a null key or value
+    counts 0). SQL text, as :func:`range_counts`: Spark parses it once, where a pyspark ``Column``
+    costs a round trip to the driver's JVM per node."""
+    return f"coalesce(length({ident('key')}), 0) + coalesce(length({ident('value')}), 0)"
 
-    return F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
 
-
-def range_counts(ranges: Sequence[OffsetRange]) -> list[Any]:
-    """Aggregates of Kafka's rows: the records of each of ``ranges`` (``n<i>``, by its index). Per
-    range and row one comparison of the partition number, of the topic name too only when the
-    ranges span several topics."""
-    from pyspark.sql import functions as F
-
+def range_counts(ranges: Sequence[OffsetRange]) -> list[str]:
+    """Aggregates of Kafka's rows, as Spark SQL text: the records of each of ``ranges`` (``n<i>``,
+    by its index). Per range and row one comparison of the partition number, of the topic name too
+    only when the ranges span several topics."""
     several_topics = len({r.topic for r in ranges}) > 1
     exprs = []
     for i, r in enumerate(ranges):
-        hit = F.col("partition") == r.partition
+        hit = f"{ident('partition')} = {int(r.partition)}"
         if several_topics:
-            hit = hit & (F.col("topic") == r.topic)
-        exprs.append(F.count(F.when(hit, 1)).alias(f"n{i}"))
+            hit += f" AND {ident('topic')} = {string(r.topic)}"
+        exprs.append(f"count(CASE WHEN {hit} THEN 1 END) AS {ident(f'n{i}')}")
     return exprs
 
 
@@ -134,7 +133,7 @@ def observe_reads(
     live = [r for r in ranges if r.count > 0]
     if not live:
         return df, lambda: []
-    exprs = [F.sum(key_value_bytes()).alias("bytes"), *range_counts(live)]
+    exprs = [F.expr(e) for e in (f"sum({key_value_bytes()}) AS bytes", *range_counts(live))]
     observation = Observation()
 
     def result() -> list[tuple[OffsetRange, int, int]]:

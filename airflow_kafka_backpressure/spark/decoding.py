@@ -54,14 +54,18 @@ def _where(row: Any) -> str:
 
 def _count_exprs(ranges: Sequence[OffsetRange]) -> list[Any]:
     """Aggregates of a decoded batch: per non-empty range its records (``n<i>``), the key+value
-    bytes, the bad records and those of an incompatible schema."""
+    bytes, the bad records and those of an incompatible schema (each parsed by Spark from SQL
+    text: one call to the JVM apiece)."""
     from pyspark.sql import functions as F
 
     return [
-        F.sum(key_value_bytes()).alias("bytes"),
-        F.expr(f"count({ident(REASON)}) AS bad"),
-        F.expr(f"count(CASE WHEN {is_fatal()} THEN 1 END) AS fatal"),
-        *range_counts(ranges),
+        F.expr(e)
+        for e in (
+            f"sum({key_value_bytes()}) AS bytes",
+            f"count({ident(REASON)}) AS bad",
+            f"count(CASE WHEN {is_fatal()} THEN 1 END) AS fatal",
+            *range_counts(ranges),
+        )
     ]
 
 

@@ -174,7 +174,7 @@ def count_unread(
     rows = (
         read_ranges(spark, sub, reader)
         .groupBy("topic", "partition")
-        .agg(F.count(F.lit(1)).alias("n"), F.sum(size).alias("b"))
+        .agg(F.count(F.lit(1)).alias("n"), F.expr(f"sum({size}) AS b"))
         .collect()
     )
     counts = {TopicPartition(r["topic"], int(r["partition"])): (int(r["n"]), int(r["b"] or 0)) for r in rows}
