@@ -23,7 +23,7 @@ Adding one is a module with a :class:`~.base.RecordDecoder` and a line here (or 
    calls :meth:`~.base.RecordDecoder.prepare`: the schemas the batch needs, checked, as a
    :class:`~.base.DecoderSpec` of schema text and ids — plain JSON the job spec carries, with no
    URL or credential;
-3. the Spark job builds column expressions (Spark SQL text, :mod:`.sql`) from the specs
+3. the Spark job builds column expressions (Spark SQL text, :mod:`..sql_text`) from the specs
    (:func:`~.frame.decode_frame`), decodes each record once, in the JVM, and splits the same data
    into good rows (:func:`~.frame.good_rows`, :func:`~.frame.query_rows`) and the error table's
    rows (:func:`~.frame.bad_rows`), each bad record with a reason that starts with one of

@@ -31,6 +31,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..sql_text import binary, ident, options_map, string
 from .base import (
     CORRUPT_PAYLOAD,
     INCOMPATIBLE_SCHEMA,
@@ -40,7 +41,6 @@ from .base import (
     RegisteredSchema,
     SchemaSource,
 )
-from .sql import binary, ident, options_map, string
 from .wire import bad_header_branch, by_schema_id, header, header_bytes, payload, schema_id, unknown_id_branch
 
 #: the field the job's reader schema adds to a record schema: true on every record Avro reads

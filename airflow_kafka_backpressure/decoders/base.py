@@ -118,7 +118,7 @@ class RecordDecoder(ABC):
        :class:`DecoderError` naming the key;
     2. :meth:`prepare`, where the registry is reachable (an Airflow task): the schemas the job will
        need are read and checked, into a :class:`DecoderSpec` of schema text;
-    3. in the job, column expressions as Spark SQL text (:mod:`.sql`: evaluated in the JVM, never
+    3. in the job, column expressions as Spark SQL text (:mod:`..sql_text`: evaluated in the JVM, never
        row by row in Python; one parse per projection, no round trip to the JVM per expression
        node), in two projections so an expensive decode runs once per record: :meth:`decode` (the
        decoded value, null or marked when it does not decode), then :meth:`reason` (why not, from

@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..sql_text import NULL_STRING, any_of, ident, string
 from .base import FATAL_KINDS, FIELDS, DecoderError, DecoderSpec
-from .sql import NULL_STRING, any_of, ident, string
 
 #: why a record did not decode (null: it decoded)
 REASON = "_kbp_reason"
@@ -79,7 +79,7 @@ def decode_frame(df: Any, specs: Mapping[str, DecoderSpec], *, observe: Any = No
     decode, which would evaluate the decode once more per use; without one, persist the frame
     before splitting it (the batch job does one or the other).
 
-    Each projection goes to Spark as SQL text, one ``selectExpr`` (:mod:`.sql`)."""
+    Each projection goes to Spark as SQL text, one ``selectExpr`` (:mod:`..sql_text`)."""
     from . import decoder_from_spec
 
     decoders = {}

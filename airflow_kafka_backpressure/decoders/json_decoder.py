@@ -25,9 +25,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..sql_text import ident, options_map, string
 from .base import INVALID_JSON, DecoderError, DecoderSpec, RecordDecoder, SchemaSource
 from .json_schema import spark_type
-from .sql import ident, options_map, string
 from .wire import bad_header_branch, header_reason, is_one_of, payload, unknown_id_branch
 
 #: the field Spark's from_json fills with the text of a record it cannot parse into the schema

@@ -2,7 +2,7 @@
 [payload]`` — what confluent-kafka's and Confluent's Java serializers write before an Avro, JSON
 Schema or Protobuf payload (Protobuf adds message indexes after the id).
 
-Each function takes the SQL text of a binary column (``raw``) and returns SQL text (:mod:`.sql`),
+Each function takes the SQL text of a binary column (``raw``) and returns SQL text (:mod:`..sql_text`),
 evaluated in the JVM. Pure: no pyspark import.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..sql_text import binary, string
 from .base import TOO_SHORT, UNKNOWN_SCHEMA_ID, WRONG_MAGIC_BYTE
-from .sql import binary, string
 
 MAGIC_BYTE = 0
 HEADER_BYTES = 5

@@ -39,10 +39,15 @@ from airflow_kafka_backpressure.decoders.frame import (
     is_fatal,
     query_rows,
 )
-from airflow_kafka_backpressure.decoders.sql import ident
 from airflow_kafka_backpressure.sinks import SetAside
-from airflow_kafka_backpressure.sinks.completion import key_value_bytes, range_counts
+from airflow_kafka_backpressure.sinks.completion import (
+    key_value_bytes,
+    range_records,
+    read_count_aggregates,
+    records_by_partition,
+)
 from airflow_kafka_backpressure.spark.errors import JobError
+from airflow_kafka_backpressure.sql_text import ident
 
 #: how many bad records a refusal names
 SHOWN_BAD_RECORDS = 5
@@ -53,9 +58,10 @@ def _where(row: Any) -> str:
 
 
 def _count_exprs(ranges: Sequence[OffsetRange]) -> list[Any]:
-    """Aggregates of a decoded batch: per non-empty range its records (``n<i>``), the key+value
-    bytes, the bad records and those of an incompatible schema (each parsed by Spark from SQL
-    text: one call to the JVM apiece)."""
+    """Aggregates of a decoded batch: the records of its non-empty ranges
+    (:func:`~..sinks.completion.read_count_aggregates`), the key+value bytes, the bad records and
+    those of an incompatible schema (each parsed by Spark from SQL text: one call to the JVM
+    apiece)."""
     from pyspark.sql import functions as F
 
     return [
@@ -64,7 +70,7 @@ def _count_exprs(ranges: Sequence[OffsetRange]) -> list[Any]:
             f"sum({key_value_bytes()}) AS bytes",
             f"count({ident(REASON)}) AS bad",
             f"count(CASE WHEN {is_fatal()} THEN 1 END) AS fatal",
-            *range_counts(ranges),
+            *read_count_aggregates(ranges),
         )
     ]
 
@@ -78,6 +84,7 @@ class DecodedBatch(SetAside):
         self.decoding = Decoding.from_dict(spec.decoding)
         plan = spec.plan
         self.where = f"batch {plan.batch_id} of pipeline {plan.pipeline!r}"
+        self._read = read  # Kafka's rows, for a recount per range (sinks.completion.range_records)
         self.live = [r for r in plan.ranges if r.count > 0]
         self._kept: list[Any] = []
         self._observation: Any = None
@@ -117,7 +124,8 @@ class DecodedBatch(SetAside):
     def settle(self) -> None:
         got = self._counts()
         total_bytes = int(got.get("bytes") or 0)
-        counts = {r.tp: int(got.get(f"n{i}") or 0) for i, r in enumerate(self.live)}
+        records_per_range = range_records(self.live, got, lambda: records_by_partition(self._read))
+        counts = {r.tp: n for r, n in zip(self.live, records_per_range)}
         # the bytes are the batch's total, carried by its first range (the manifest keeps the total)
         first = self.live[0].tp if self.live else None
         self.reads = tuple(

@@ -5,7 +5,9 @@ and records part ways, on Apache Kafka:
   ``read_committed``: the committed records only, the ranges read to their end;
 * a compacted topic: offsets whose records the log cleaner removed;
 * a range whose start was deleted (DeleteRecords, as retention deletes): the job refuses it before
-  reading, naming the range and the earliest offset, whichever reader.
+  reading, naming the range and the earliest offset, whichever reader;
+* a batch over more ranges than it counts one by one as its rows pass (Spark's reader), with
+  ranges read whole and ranges that end with a transaction's marker.
 
 Each batch runs through :func:`run_batch` in the session's local[2] Spark and is read back from the
 sink with pyarrow.
@@ -21,6 +23,7 @@ import pytest
 
 from airflow_kafka_backpressure.batch.models import TopicPartition
 from airflow_kafka_backpressure.kafka.offsets import KafkaOffsets
+from airflow_kafka_backpressure.sinks.completion import PER_RANGE_AGGREGATES
 from airflow_kafka_backpressure.spark.job import JobError, run_batch
 from kbp_local.producer import ensure_topic
 
@@ -231,3 +234,59 @@ def test_records_deleted_after_the_check_fail_the_read(
     with pytest.raises(JobError, match=rf"{deleted_start}-0\[0, 20\)"):
         run(spark, tmp_path, kafka_broker.bootstrap, deleted_start, 20, reader)
     assert not (tmp_path / f"sink-{reader}" / "batch_id=1").exists()
+
+
+# --------------------------------------------------------------------------- many partitions
+
+MANY = PER_RANGE_AGGREGATES + 8
+
+
+@pytest.fixture(scope="module")
+def many_partitions(kafka_broker):
+    """A topic of more partitions than a batch counts one aggregate per range for: 3 records in
+    each, written by one committed transaction (each partition's marker at offset 3, latest 4),
+    so its ranges hold fewer records than offsets."""
+    from confluent_kafka import Producer
+
+    topic = f"many-{int(time.time() * 1000)}"
+    ensure_topic(kafka_broker.bootstrap, topic, MANY)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": f"{topic}-tx"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for p in range(MANY):
+        for i in range(3):
+            producer.produce(topic, key=f"{p}-{i}".encode(), value=b"v" * (p + 1), partition=p)
+    producer.commit_transaction(30)
+    return topic
+
+
+def test_a_batch_over_many_ranges_counts_each_range_exactly_with_markers_and_without(
+    spark, kafka_broker, many_partitions, tmp_path
+):
+    """More ranges than :data:`PER_RANGE_AGGREGATES`: Spark's reader counts every row in one
+    aggregate. Ranges [0, 3) hold a record per offset (the total equals the plan: each range
+    whole); ranges [0, 4) end with the transaction's marker (the total falls short: each range
+    recounted). Either way the metrics give each partition its 3 records, and the sink holds each
+    record once."""
+    topic = many_partitions
+    for batch_id, until in ((1, 3), (2, 4)):
+        sink = tmp_path / f"sink-{until}"
+        spec = make_spec(
+            tmp_path,
+            kafka_broker.bootstrap,
+            batch_id,
+            {(topic, p): (0, until) for p in range(MANY)},
+            sink=sink,
+            kafka={"bootstrap.servers": kafka_broker.bootstrap, "isolation.level": "read_committed"},
+            options={"writer": "spark"},
+        )
+        spec = type(spec).from_dict({**spec.to_dict(), "reader": "native"})
+        metrics = run_batch(spark, spec)
+        assert {(c.topic, c.partition): c.records for c in metrics.partitions} == {
+            (topic, p): 3 for p in range(MANY)
+        }
+        assert metrics.records == 3 * MANY
+        assert metrics.bytes == sum(3 * (len(f"{p}-0") + p + 1) for p in range(MANY))
+        table = pads.dataset(str(sink), format="parquet", partitioning="hive").to_table()
+        keys = sorted(table.column("key").to_pylist())
+        assert keys == sorted(f"{p}-{i}".encode() for p in range(MANY) for i in range(3))

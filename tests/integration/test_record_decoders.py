@@ -19,7 +19,8 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from airflow_kafka_backpressure.decoders import decoder_for, sql
+from airflow_kafka_backpressure import sql_text as sql
+from airflow_kafka_backpressure.decoders import decoder_for
 from airflow_kafka_backpressure.decoders.frame import (
     ERROR_TABLE_COLUMNS,
     METADATA_COLUMNS,
@@ -283,7 +284,7 @@ def test_json_with_a_schema_declared_in_the_pipelines_file(spark, kafka_broker, 
 
 @pytest.mark.parametrize("escaped", ["false", "true"])
 def test_the_decoders_sql_literals_read_back_as_written_under_either_parser_setting(spark, escaped):
-    """The decoders' expressions are SQL text (decoders.sql): a schema or reason with quotes,
+    """The decoders' expressions are SQL text (sql_text): a schema or reason with quotes,
     backslashes, non-ASCII or a newline must reach Spark exactly, whether or not the session reads
     backslashes in string literals as escapes (spark.sql.parser.escapedStringLiterals)."""
     texts = [

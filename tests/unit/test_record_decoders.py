@@ -364,7 +364,7 @@ def test_the_decoders_import_no_airflow_spark_or_clients():
 
 
 def test_sql_literals_stay_readable_when_plain_and_exact_otherwise():
-    from airflow_kafka_backpressure.decoders import sql
+    from airflow_kafka_backpressure import sql_text as sql
 
     assert sql.string("value: ") == "'value: '"
     for text in ("it's", "a\\b", "h\u00e9", "two\nlines", "tab\there"):

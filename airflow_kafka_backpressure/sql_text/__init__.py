@@ -1,7 +1,8 @@
-"""Spark SQL text for the decoders' column expressions.
+"""Spark SQL text for the job's column expressions: the record decoders' and the read counts'
+(``sinks.completion``).
 
 The decoders build their expressions as SQL text, and the job hands each projection to Spark as
-one ``selectExpr``: Spark parses it once. Built as pyspark ``Column`` objects instead, every node is
+one ``selectExpr`` (each aggregate as one ``expr``): Spark parses it once. Built as pyspark ``Column`` objects instead, every node is
 a round trip to the driver's JVM on a classic session (each function, literal, cast and alias,
 several with pyspark's call-site capture): measured here, building one Avro batch's decode cost
 about 2,000 of them, 0.2-0.3 s per batch in a warm process, more than Spark then spends checking a
