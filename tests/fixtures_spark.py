@@ -208,9 +208,10 @@ def _wait_for_log(proc: subprocess.Popen, log: Path, pattern: str, timeout_s: fl
     raise RuntimeError(f"{log.name}: no line matching {pattern!r} (exit code {proc.poll()}):\n{tail}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark_standalone() -> Iterator[StandaloneCluster]:
-    """A Spark standalone master and one worker (``--cores 8 --memory 6g``) on 127.0.0.1.
+    """A Spark standalone master and one worker (``--cores 8 --memory 6g``) on 127.0.0.1, for the
+    module that uses it (one module: two idle JVMs were left running through the rest of its shard).
 
     Started with the pip package's ``spark-class`` (no start scripts there); environment as the
     operator gives spark-submit (:func:`spark_submit_env`) plus ``java.io.tmpdir`` in the work tree

@@ -1,4 +1,5 @@
-"""Fixtures of the fault suite: one ``airflow standalone`` for the session, serving one pipeline per
+"""Fixtures of the fault suite: one ``airflow standalone`` for the suite's tests (package scope: it
+and its servers stop after the last of them, not at the session's end), serving one pipeline per
 scenario (paused until its test unpauses it), a broker of its own (tests freeze it), a SQLite ledger
 and a PostgreSQL server of its own for the ledger-outage scenario (it is stopped and restarted).
 
@@ -71,12 +72,24 @@ RECOVER_TIMEOUT_S = float(os.environ.get("KBP_FAULTS_RECOVER_TIMEOUT_S", "900"))
 STEP_TIMEOUT_S = 600.0
 #: The SCRAM user the fault suite's pipelines read Kafka as.
 KAFKA_USER = "kbp-faults"
+#: The fault suite's module that needs no rig (it runs first: pytest_collection_modifyitems).
+SOAK_MODULE = "test_short_soak.py"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/faults/" in str(item.fspath):
             item.add_marker(pytest.mark.faults)
+    # The short soak brings its own Airflow, broker and ledger (bench/soak.py): it runs before the
+    # rig's tests, so that the rig is not running beside it, and the rig stops with the package's
+    # last test. At rest the rig took a quarter to two thirds of a core (its scheduler, DAG processor
+    # re-parsing 13 pipelines, triggerer, broker): as a session fixture it idled through the whole
+    # rest of its shard (62 minutes of the 2026-11-30 evening rehearsal).
+    soak = [i for i in items if i.path.name == SOAK_MODULE]
+    if soak:
+        rest = [i for i in items if i.path.name != SOAK_MODULE]
+        first = next((n for n, i in enumerate(rest) if "/faults/" in str(i.fspath)), len(rest))
+        items[:] = rest[:first] + soak + rest[first:]
 
 
 @pytest.fixture
@@ -218,7 +231,7 @@ def connections(
     return conns
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def fault_rig(request: pytest.FixtureRequest, spark_kafka_connector: str) -> Iterator[FaultRig]:
     root = TMP_ROOT / f"faults-{os.getpid()}"
     root.mkdir(parents=True)
