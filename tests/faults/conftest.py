@@ -76,19 +76,23 @@ KAFKA_USER = "kbp-faults"
 SOAK_MODULE = "test_short_soak.py"
 
 
+def _in_fault_suite(item: pytest.Item) -> bool:
+    return "/faults/" in str(item.fspath)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "/faults/" in str(item.fspath):
+        if _in_fault_suite(item):
             item.add_marker(pytest.mark.faults)
     # The short soak brings its own Airflow, broker and ledger (bench/soak.py): it runs before the
     # rig's tests, so that the rig is not running beside it, and the rig stops with the package's
     # last test. At rest the rig took a quarter to two thirds of a core (its scheduler, DAG processor
     # re-parsing 13 pipelines, triggerer, broker): as a session fixture it idled through the whole
     # rest of its shard (62 minutes of the 2026-11-30 evening rehearsal).
-    soak = [i for i in items if i.path.name == SOAK_MODULE]
+    soak = [i for i in items if _in_fault_suite(i) and i.path.name == SOAK_MODULE]
     if soak:
-        rest = [i for i in items if i.path.name != SOAK_MODULE]
-        first = next((n for n, i in enumerate(rest) if "/faults/" in str(i.fspath)), len(rest))
+        rest = [i for i in items if i not in soak]
+        first = next((n for n, i in enumerate(rest) if _in_fault_suite(i)), len(rest))
         items[:] = rest[:first] + soak + rest[first:]
 
 
