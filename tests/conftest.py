@@ -52,6 +52,9 @@ os.environ.update(_ENV)
 _SPARK_TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1"
 _OWN_SPARK_SUBMIT_OPTS = "SPARK_SUBMIT_OPTS" not in os.environ
 os.environ.setdefault("SPARK_SUBMIT_OPTS", _SPARK_TEST_JVM_OPTS)
+# The same for the Kafka brokers the tests start (kbp_local.apache_kafka reads KAFKA_OPTS, as
+# Kafka's scripts do): measured here on 2026-11-30, a broker's start 7.4 → 4.0 s of CPU.
+os.environ.setdefault("KAFKA_OPTS", _SPARK_TEST_JVM_OPTS)
 # The venv's bin holds spark-submit: make it reachable even when the venv is not activated.
 _bin = str(Path(sys.executable).parent)
 if _bin not in os.environ.get("PATH", "").split(os.pathsep):
@@ -85,6 +88,9 @@ def spark_kafka_connector() -> str:
     # is valid only for JVMs whose class path (the conf dir first) is the one it was built with.
     # Spark's Avro functions too (one jar): the avro record decoder's from_avro
     conf = combined_spark_conf(spark_kafka_conf(), spark_avro_conf())
+    # and the executors of a standalone cluster (the session's JVM flags; the product sets their
+    # extraJavaOptions, which Spark appends to these)
+    conf["spark.executor.defaultJavaOptions"] = _SPARK_TEST_JVM_OPTS
     digest = hashlib.sha256(repr(sorted(conf.items())).encode()).hexdigest()[:12]
     conf_dir = TMP_ROOT / f"spark-conf-{digest}"
     if not conf_dir.exists():
