@@ -214,13 +214,14 @@ class KafkaBroker(LocalServer):
         return [
             java_binary(),
             f"-Xmx{self.heap}",
-            # extra JVM options, as Kafka's own scripts take them (the test suite's: a short-lived
-            # node's compiler and collector)
-            *shlex.split(os.environ.get("KAFKA_OPTS", "")),
             f"-Djava.io.tmpdir={self.work_dir / 'tmp'}",
             f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
             "-cp",
             classpath,
+            # extra JVM options, last before the main class as in Kafka's kafka-run-class.sh, so
+            # that they win over the ones above (the test suite's: a short-lived node's compiler
+            # and collector)
+            *shlex.split(os.environ.get("KAFKA_OPTS", "")),
             main,
             *args,
         ]

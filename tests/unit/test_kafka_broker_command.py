@@ -12,13 +12,21 @@ def command(tmp_path) -> list[str]:
     return broker._java("kafka.Kafka", "server.properties")
 
 
-def test_kafka_opts_go_to_the_jvm_before_the_main_class(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KAFKA_OPTS", "-XX:+UseSerialGC  -Dkbp.note='two words'")
+def test_kafka_opts_go_last_before_the_main_class_and_win(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # as in Kafka's kafka-run-class.sh: a user's -Xmx or -Djava.io.tmpdir there wins over the defaults
+    monkeypatch.setenv("KAFKA_OPTS", "-XX:+UseSerialGC  -Dkbp.note='two words' -Xmx1g")
     cmd = command(tmp_path)
     main = cmd.index("kafka.Kafka")
-    assert cmd[main + 1 :] == ["server.properties"]
-    assert cmd.index("-Xmx256m") < cmd.index("-XX:+UseSerialGC") < cmd.index("-Dkbp.note=two words") < main
-    assert cmd[cmd.index("-cp") + 1] == "/jars/a.jar:/jars/b.jar"
+    assert cmd[main - 5 :] == [
+        "-cp",
+        "/jars/a.jar:/jars/b.jar",
+        "-XX:+UseSerialGC",
+        "-Dkbp.note=two words",
+        "-Xmx1g",
+        "kafka.Kafka",
+        "server.properties",
+    ]
+    assert cmd.index("-Xmx256m") < cmd.index("-Xmx1g")
 
 
 def test_without_kafka_opts_the_command_has_no_extra_option(
