@@ -2,8 +2,10 @@
 # One focused leg of the version matrix (issue 43): the tests that touch what changes between Spark
 # releases, run on another Spark minor than the default one.
 #
-#   bash scripts/spark_leg.sh 4.1      # pyspark 4.1.1: Spark's Kafka connector, spark-avro and Delta 4.3.1 at it
-#   bash scripts/spark_leg.sh 4.0      # pyspark 4.0.0, Delta 4.0.0
+#   bash scripts/spark_leg.sh 4.1             # pyspark 4.1.1: Spark's Kafka connector, spark-avro and Delta 4.3.1 at it
+#   bash scripts/spark_leg.sh 4.0             # pyspark 4.0.0, Delta 4.0.0
+#   bash scripts/spark_leg.sh 4.1 --ci        # CI's leg: the few tests of CI_TESTS below (.ci/run runs it)
+#   bash scripts/spark_leg.sh 4.1 --prepare   # only install the release and fetch its jars (no test)
 #
 # The leg's environment is .venv with pyspark and pyspark-client of that minor's release
 # (kbp_local.jars.SPARK_RELEASES: the release constraints/spark-<minor>.txt pins) installed into
@@ -19,8 +21,27 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-minor="${1:?usage: scripts/spark_leg.sh <spark minor: 4.0 | 4.1 | 4.2> [pytest args]}"
+minor="${1:?usage: scripts/spark_leg.sh <spark minor: 4.0 | 4.1 | 4.2> [--ci | --prepare] [pytest args]}"
 shift
+mode=modules
+if [[ "${1:-}" == --ci || "${1:-}" == --prepare ]]; then
+    mode="${1#--}"
+    shift
+fi
+# CI's leg (issue 43, .ci/run): one test for each thing that changes between Spark releases, the
+# rest of the modules below staying a developer's run. The batch job exactly once with both readers
+# (the spark writer reads with Spark's Kafka connector, the arrow writer's tasks with the Python
+# reader); the pipeline under dag.test() on spark-submit of that release; a failed batch and its
+# replay on a Connect server of that release; Delta of that release through the pipeline; from_avro
+# of that release's spark-avro; the monitoring page's API. About 3 minutes a leg on 2 cores.
+CI_TESTS=(
+    "tests/integration/test_delta_pipeline.py::test_a_delta_pipeline_ingests_fails_replays_and_rewrites_each_record_once[connect-local]"
+    "tests/integration/test_spark_job.py::test_three_batches_and_a_rerun_hold_every_record_exactly_once"
+    "tests/integration/test_pipeline_e2e.py::test_three_runs_ingest_everything_exactly_once_and_the_controller_follows_spark[submit]"
+    "tests/integration/test_pipeline_e2e.py::test_a_failed_batch_is_replayed_by_the_replay_dag_and_commits_wait_for_it[connect]"
+    "tests/integration/test_record_decoders.py::test_avro_with_a_compatible_change_mid_stream_and_bad_records"
+    "tests/integration/test_ui_plugin.py::test_pipelines_and_batches_json_hold_the_ledger_numbers"
+)
 release="$(.venv/bin/python -c "from kbp_local.jars import SPARK_RELEASES as r; print(r.get('$minor', ''))")"
 [[ -n "$release" ]] || { echo "spark_leg: no tested release of Spark $minor (kbp_local.jars.SPARK_RELEASES)" >&2; exit 2; }
 overlay="$ROOT/.tmp/spark-$minor"
@@ -36,6 +57,13 @@ got="$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')"
 [[ "$got" == "$release" ]] || { echo "spark_leg: pyspark $got on the path, not $release" >&2; exit 1; }
 echo "spark_leg: Spark $release" >&2
 .venv/bin/python -c 'from kbp_local import jars; jars.spark_kafka_jars(); jars.delta_jars(); jars.spark_avro_conf()' >&2
+if [[ $mode == prepare ]]; then
+    echo "spark_leg: Spark $release installed, its jars fetched" >&2
+    exit 0
+fi
+if [[ $mode == ci ]]; then
+    exec .venv/bin/python -m pytest -q --durations=10 -p no:cacheprovider "${CI_TESTS[@]}" "$@"
+fi
 # the Delta modules first: they start their own JVM (with Delta's jars) before any module's session
 exec .venv/bin/python -m pytest -q --durations=15 -p no:cacheprovider \
     tests/integration/test_delta_sink.py \

@@ -11,8 +11,9 @@
 #   3. a clean venv (python3 -m venv, no system site packages, not the repo's .venv) gets the wheel,
 #      pinned by constraints.txt, from pip's cache where it can (timed; --no-compile: byte-compiling
 #      Airflow and pyspark costs CPU minutes on 2 cores, and only what the checks import is compiled);
-#      then, for each other Spark minor's constraints file (constraints/spark-<minor>.txt), pip
-#      resolves the wheel with it into that venv (--dry-run: pyspark and pyspark-client of that release);
+#      then, for each other Spark minor's constraints file (constraints/spark-<minor>.txt), a venv of
+#      its own gets the wheel with it (pyspark and pyspark-client of that release), pip check passes
+#      and the package imports there;
 #   4. with AIRFLOW_HOME in the temp dir, cwd outside the checkout and PYTHONPATH unset: the
 #      provider, its connection types and its plugin as Airflow's CLI lists them (no metadata
 #      database needed), and the modules, templates, YAML and migrations loaded from the venv.
@@ -148,21 +149,26 @@ installed=$("$VPY" -m pip show "$DIST" 2>/dev/null | sed -n 's/^Version: //p')
 [[ -n "$installed" ]] || fail "pip show $DIST: not installed in the venv"
 ok "$DIST $installed installed; apache-airflow $("$VPY" -m pip show apache-airflow | sed -n 's/^Version: //p')"
 
-# every other Spark minor's constraints file resolves with the wheel (pip install --dry-run into
-# the same venv: pyspark and pyspark-client of that release, everything else as installed)
+# every other Spark minor: a venv of its own gets the wheel with its constraints file (pyspark and
+# pyspark-client of that release, everything else as constraints.txt pins), and pip check passes there;
+# the provider imports with that pyspark (the Airflow checks below run in the first venv)
 for file in "$ROOT"/constraints/spark-*.txt; do
     minor="$(basename "$file" .txt)"
     want="$(sed -n 's/^pyspark==//p' "$file")"
     [[ "$want" != "$(sed -n 's/^pyspark==//p' "$ROOT/constraints.txt")" ]] || continue
-    step "pip install --dry-run of the wheel with -c constraints/$minor.txt"
-    run "pip install --dry-run of the wheel with -c constraints/$minor.txt" "dry-$minor.log" \
-        env PIP_DISABLE_PIP_VERSION_CHECK=1 "$VPY" -m pip install --dry-run --report "$WORK/dry-$minor.json" \
-        -c "$file" "$WHEEL"
-    got="$("$VPY" -c 'import json, sys
-found = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.load(open(sys.argv[1]))["install"]}
-print(found.get("pyspark", "-"), found.get("pyspark-client", "-"))' "$WORK/dry-$minor.json")"
-    [[ "$got" == "$want $want" ]] || fail "with constraints/$minor.txt pip would install pyspark, pyspark-client $got, not $want"
-    ok "constraints/$minor.txt: the wheel resolves with pyspark and pyspark-client $want"
+    step "a venv of its own for $minor: installing the wheel with -c constraints/$minor.txt"
+    "$PYTHON" -m venv "$WORK/venv-$minor"
+    MPY="$WORK/venv-$minor/bin/python"
+    t=$(date +%s)
+    run "pip install of the wheel with -c constraints/$minor.txt" "pip-$minor.log" \
+        env PIP_DISABLE_PIP_VERSION_CHECK=1 "$MPY" -m pip install --no-compile -c "$file" "$WHEEL"
+    run "pip check in the $minor venv" "pip-check-$minor.log" env PIP_DISABLE_PIP_VERSION_CHECK=1 "$MPY" -m pip check
+    got="$(cd "$WORK/logs" && "$MPY" -c 'from importlib.metadata import version
+import airflow_kafka_backpressure.spark.job, pyspark
+print(pyspark.__version__, version("pyspark"), version("pyspark-client"))')"
+    [[ "$got" == "$want $want $want" ]] || fail "with constraints/$minor.txt the venv holds pyspark, pyspark-client $got, not $want"
+    ok "constraints/$minor.txt: the wheel installs with pyspark and pyspark-client $want in $(($(date +%s) - t)) s; pip check passes; the job module imports"
+    rm -rf "$WORK/venv-$minor"  # a few hundred MB: gone before the next one
 done
 
 # --- 4. Airflow and the installed package -------------------------------------------------------

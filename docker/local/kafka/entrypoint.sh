@@ -15,7 +15,8 @@ while IFS='=' read -r name value; do
     printf '%s=%s\n' "$key" "$value" >> "$conf"
 done < <(env | grep '^KAFKA_' | sort)
 log4j2="$(/opt/venv/bin/python -c 'from kbp_local.apache_kafka import LOG4J2_CONFIG; print(LOG4J2_CONFIG)')"
-java_cmd=(java ${KAFKA_HEAP_OPTS:--Xmx512m} ${KAFKA_OPTS:-} -Dlog4j2.configurationFile=$log4j2 -cp '/opt/kafka/libs/*')
+# KAFKA_OPTS last before the main class, as in Kafka's kafka-run-class.sh: a user's log4j2 file wins
+java_cmd=(java ${KAFKA_HEAP_OPTS:--Xmx512m} -Dlog4j2.configurationFile=$log4j2 ${KAFKA_OPTS:-} -cp '/opt/kafka/libs/*')
 cluster_id="${CLUSTER_ID:-$(/opt/venv/bin/python -c 'from kbp_local.apache_kafka import new_cluster_id; print(new_cluster_id())')}"
 "${java_cmd[@]}" kafka.tools.StorageTool format --ignore-formatted --cluster-id="$cluster_id" -c "$conf" >&2
 echo "kafka-entrypoint: Apache Kafka with $conf:" >&2
