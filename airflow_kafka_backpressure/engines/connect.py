@@ -2,10 +2,11 @@
 
 The server pays JVM, session and Python-worker start-up once; a batch pays a client session
 (about a second), the upload of this package (and of the transform's package) as session artifacts,
-and its own work. The batch logic is the submit engine's (:func:`~..spark.job.run_batch`): the Data
-Source, the transform's UDFs and Spark's Parquet writer run on the server's executors and the sink's
-commit on its driver side, the Python code imported from the artifacts. The client itself never
-touches the sink's filesystem.
+and its own work; the batch's bounds check (:mod:`..spark.bounds`) runs while the session opens.
+The batch logic is the submit engine's (:func:`~..spark.job.run_batch`): the Data Source, the
+transform's UDFs and Spark's Parquet writer run on the server's executors and the sink's commit on
+its driver side, the Python code imported from the artifacts. The client itself never touches the
+sink's filesystem.
 
 Every operation of the batch carries a tag unique to the attempt; stopping the batch (timeout,
 ``on_kill``, the task's supervisor gone) interrupts the operations with that tag on the server.
@@ -55,6 +56,7 @@ from typing import Any
 
 from airflow_kafka_backpressure.batch.models import BatchMetrics, JobSpec
 
+from ..spark.bounds import started_check
 from ..spark.job import JobError, run_batch
 from ..spark.session_secrets import write_secrets_file
 from . import BatchJobError, Engine
@@ -195,6 +197,12 @@ class ConnectEngine(Engine):
                 "those) and remove them from spark_conf",
             )
         tag = f"kbp-{plan.pipeline}-batch-{plan.batch_id}-{spec.token}"
+        problem = server_unreachable(self.url)
+        if problem is not None:  # pyspark would retry for minutes before it says so
+            raise BatchJobError(plan.batch_id, self._unreachable(problem))
+        # the ranges are checked against the brokers while the client session opens (a replay that
+        # may adopt its committed version checks after the adoption, in run_batch)
+        bounds = started_check(spec) if spec.adopt is None else None
         artifacts = [package_zip(self.work_root / "dist")]
         extra = transform_package(spec.transform, self.work_root / "dist")
         if extra:
@@ -213,7 +221,7 @@ class ConnectEngine(Engine):
             self._apply_conf(spark)
             log.info("Running batch %s on the Spark Connect server %s", plan.batch_id, _redacted(self.url))
             try:
-                return run_batch(spark, spec)
+                return run_batch(spark, spec, bounds=bounds)
             except Exception as e:
                 stopped = self.stopped_error(spec)
                 if stopped is not None:
@@ -235,14 +243,6 @@ class ConnectEngine(Engine):
         ids = SessionIds(self.work_root / "connect-sessions.json")
         fixed = "session_id=" in self.url
         key = content_key(_redacted(self.url), plan.pipeline, files=tuple(artifacts))
-        unreachable = (
-            f"cannot open a Spark Connect session at {_redacted(self.url)}: {{}}. Is the Connect server running "
-            f"and reachable (the connection {{!r}})? python -m kbp_local spark-connect "
-            "starts one on this machine"
-        )
-        problem = server_unreachable(self.url)
-        if problem is not None:  # pyspark would retry for minutes before it says so
-            raise BatchJobError(plan.batch_id, unreachable.format(problem, self.conn_id))
         for attempt in (1, 2):
             url = (
                 self.url
@@ -253,7 +253,7 @@ class ConnectEngine(Engine):
                 spark = SparkSession.builder.remote(url).create()
             except Exception as e:  # noqa: BLE001 - any client failure means "cannot reach the server"
                 raise BatchJobError(
-                    plan.batch_id, unreachable.format(f"{type(e).__name__}: {_first_line(e)}", self.conn_id)
+                    plan.batch_id, self._unreachable(f"{type(e).__name__}: {_first_line(e)}")
                 ) from e
             self._session, self._tag = spark, tag
             try:
@@ -277,8 +277,7 @@ class ConnectEngine(Engine):
                     continue
                 if "UNAVAILABLE" in str(e) or "Connection refused" in str(e):  # gRPC: nobody answers
                     raise BatchJobError(
-                        plan.batch_id,
-                        unreachable.format(f"{type(e).__name__}: {_first_line(e)}", self.conn_id),
+                        plan.batch_id, self._unreachable(f"{type(e).__name__}: {_first_line(e)}")
                     ) from e
                 raise BatchJobError(
                     plan.batch_id,
@@ -286,6 +285,13 @@ class ConnectEngine(Engine):
                     f"code (artifacts): {type(e).__name__}: {_first_line(e)}",
                 ) from e
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _unreachable(self, problem: str) -> str:
+        return (
+            f"cannot open a Spark Connect session at {_redacted(self.url)}: {problem}. Is the Connect server "
+            f"running and reachable (the connection {self.conn_id!r})? python -m kbp_local spark-connect "
+            "starts one on this machine"
+        )
 
     def _apply_conf(self, spark: Any) -> None:
         for key, value in self.spark_conf.items():

@@ -3,11 +3,16 @@
 A missing topic or partition, a range past the latest offset or below the earliest one, or an
 unreachable broker is a :class:`~.errors.JobError` saying what to do (kafka-python, one short-lived
 client). Runs in the Spark driver (:mod:`.job`); :func:`range_problems` is pure.
+
+Where the driver is a Spark Connect client (the connect engine), the check starts before the
+client session opens (:func:`started_check`) and its answer is awaited where the batch would
+check: the client's import and the session's round trips no longer come before it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_kafka_backpressure.batch.models import JobSpec, OffsetRange, TopicPartition
@@ -140,3 +145,30 @@ def check_bounds(spec: JobSpec) -> dict[TopicPartition, tuple[int, int]]:
             "read; nothing was written. " + "; ".join(problems)
         )
     return {tp: (earliest[tp], latest[tp]) for tp in tps}
+
+
+def started_check(spec: JobSpec) -> Callable[[], dict[TopicPartition, tuple[int, int]]]:
+    """:func:`check_bounds` of ``spec`` started now, in a daemon thread; the returned call waits
+    for it and returns its answer or raises its error (the check bounds its own time)."""
+    box: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: _into(box, lambda: check_bounds(spec)),
+        name=f"kbp-bounds-{spec.plan.batch_id}",
+        daemon=True,
+    )
+    thread.start()
+
+    def answer() -> dict[TopicPartition, tuple[int, int]]:
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    return answer
+
+
+def _into(box: dict[str, Any], fn: Callable[[], Any]) -> None:
+    try:
+        box["value"] = fn()
+    except BaseException as e:  # noqa: BLE001 - raised where the answer is awaited
+        box["error"] = e

@@ -294,8 +294,12 @@ def sink_format(spec: JobSpec) -> SinkFormat:
         raise JobError(f"batch {spec.plan.batch_id}: {e}") from None
 
 
-def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
+def run_batch(spark: Any, spec: JobSpec, *, bounds: Callable[[], Any] | None = None) -> BatchMetrics:
     """Run one batch in ``spark`` (a classic session or a Spark Connect session); return its metrics.
+
+    ``bounds``: the answer of a bounds check started earlier (:func:`~.bounds.started_check`, for a
+    batch that adopts nothing), awaited where the batch checks its ranges; by default they are
+    checked there.
 
     Raises :class:`JobError` with a message naming what failed; the sink then holds the batch's
     previous committed version, if any, and never a partial or duplicated one.
@@ -311,7 +315,10 @@ def run_batch(spark: Any, spec: JobSpec) -> BatchMetrics:
             raise JobError(
                 f"{spec.adopt.refusal} (no committed version of the batch to adopt: {'; '.join(problems)})"
             )
-    check_bounds(spec)
+    if bounds is not None:
+        bounds()
+    else:
+        check_bounds(spec)
     writer = batch_writer(spec, fmt)
     # the arrow writer's tasks read themselves, with a reader that feeds it
     reader = arrow_writer_reader() if writer == "arrow" else choose_reader(spark, spec)

@@ -317,6 +317,25 @@ def test_range_past_latest_is_a_clear_error_and_writes_nothing(spark, kafka_brok
     assert not sink.exists() or not [p for p in sink.iterdir() if not p.name.startswith(".")]
 
 
+def test_a_range_past_latest_fails_a_connect_engine_batch_the_same_way_and_writes_nothing(
+    spark_connect, kafka_broker, topic4, sink, tmp_path
+):
+    """The connect engine checks the ranges while its client session opens (spark.bounds.started_check):
+    the answer still stops the batch before anything is read or staged, with the same message."""
+    from airflow_kafka_backpressure.engines import BatchJobError
+    from airflow_kafka_backpressure.engines.connect import ConnectEngine
+
+    bootstrap, t = kafka_broker.bootstrap, topic4
+    produce(bootstrap, t, count=8, partitions=PARTITIONS)  # latest = 2 everywhere
+    spec = make_spec(tmp_path, bootstrap, 5, {(t, 0): (0, 2), (t, 1): (1, 7)}, sink=sink)
+    with pytest.raises(BatchJobError) as err:
+        ConnectEngine(spark_connect.url, work_root=tmp_path / "work").run(spec)
+    msg = str(err.value)
+    assert f"{t}-1[1, 7)" in msg and "latest offset 2" in msg and "re-plan" in msg
+    assert not Path(batch_path(str(sink), 5)).exists()
+    assert not sink.exists() or not list(sink.iterdir())  # not even a fence or a staging folder
+
+
 def test_missing_topic_is_a_clear_error_and_is_not_created(spark, kafka_broker, sink, tmp_path, topic_name):
     from kafka import KafkaAdminClient
 

@@ -42,3 +42,37 @@ def test_run_within_hands_back_the_result_or_the_error():
         run_within(5, "failing", lambda: 1 / 0)
     with pytest.raises(NoAnswer, match="stuck: no answer within 0 s"):
         run_within(0.2, "stuck", lambda: time.sleep(5))
+
+
+def test_a_started_check_runs_beside_the_caller_and_hands_back_its_answer_or_error(monkeypatch):
+    """started_check (the connect engine's: the ranges checked while the client session opens)
+    returns at once; the call it returns waits for the check, then gives its answer or raises its error."""
+    import threading
+
+    release = threading.Event()
+    ran_in: list[str] = []
+    released: list[bool] = []
+
+    def asked(cfg, ranges):
+        ran_in.append(threading.current_thread().name)
+        released.append(release.wait(10))  # False: the caller was kept waiting for the check
+        return {"t": {0}}, {_tp("t", 0): 0}, {_tp("t", 0): 2}
+
+    monkeypatch.setattr(bounds, "_ask_brokers", asked)
+    answer = bounds.started_check(spec())  # returns while the brokers have not answered
+    assert not release.is_set()
+    release.set()
+    with pytest.raises(JobError, match=r"t-0\[0, 5\).*latest offset 2"):
+        answer()
+    assert released == [True] and ran_in[0] != threading.current_thread().name
+
+    monkeypatch.setattr(
+        bounds, "_ask_brokers", lambda cfg, ranges: ({"t": {0}}, {_tp("t", 0): 0}, {_tp("t", 0): 9})
+    )
+    assert bounds.started_check(spec())() == {bounds.TopicPartition("t", 0): (0, 9)}
+
+
+def _tp(topic: str, partition: int):
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    return KafkaTopicPartition(topic, partition)
