@@ -18,8 +18,6 @@ replayed (``add`` minus ``remove``) and the live Parquet files read with pyarrow
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -297,55 +295,14 @@ def test_a_zombie_attempt_of_a_delta_batch_is_refused_after_the_replay_committed
     2's transactions only, each record once; the ledger keeps the replay's mark; the group is
     committed. (It also passed with the zombie's batch as the table's first commit, where Delta's
     refusal is the table created meanwhile.)"""
-    from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
-
-    from .test_batch_stop import HOLD, wait_for_held_udf
-    from .test_replay_reliability import running_by_hand
+    from .test_replay_reliability import zombie_refused_after_the_replay
 
     make, fields, flag = held_delta_pipeline(kafka_broker, topic_name, tmp_path, monkeypatch, table)
-    p, ledger = make(transform=HOLD, **fields)
-    # batch 1 through the ingest DAG (not held: no flag yet): the table exists, as it mostly does
-    produce(kafka_broker.bootstrap, topic_name, count=40, partitions=4)
-    first = af.run_dag(p.ingest_dag_id, 0)
-    assert first.state == "success", first.task_states
-    produce(kafka_broker.bootstrap, topic_name, count=40, partitions=4, start_id=40)
-    zombie = "0badf00d" * 4
-    plan = running_by_hand(p, ledger, zombie, 10, 20)
-    assert (plan.batch_id, ledger.batch(plan.batch_id).attempts) == (2, 1)
-    flag.touch()
-
-    outcome: dict = {}
-
-    def attempt_1() -> None:
-        try:
-            outcome["metrics"] = SparkBatchHook.for_pipeline(p).run(
-                plan, 1, {"bootstrap.servers": kafka_broker.bootstrap}, token=zombie, attempt=1
-            )
-        except Exception as e:  # what the operator would see
-            outcome["error"] = e
-
-    worker = threading.Thread(target=attempt_1, daemon=True)
-    worker.start()
-    assert wait_for_held_udf(flag), "attempt 1's job never reached the batch's rows"
-    ledger.renew_lease(plan.batch_id, zombie, 1)  # ... and its worker stopped heartbeating
-    time.sleep(0.05)
-
-    p, ledger = make(name=p.name, **fields)  # the replay's job is not held
-    r = af.run_dag(p.replay_dag_id, 0)
-    assert r.state == "success", r.task_states
-    assert [(x["batch_id"], x["records"], x["adopted"]) for x in r.xcoms["replay"]] == [
-        (plan.batch_id, 40, False)
-    ]
-    assert [(c["batch_id"], c["attempt"]) for c in batch_commits(table)] == [(1, 1), (2, 2)]
-
-    flag.unlink()  # attempt 1's job goes on to its commit
-    worker.join(600)
-    assert not worker.is_alive(), "attempt 1's job did not end"
-    assert "metrics" not in outcome, f"the stale attempt succeeded: {outcome.get('metrics')}"
-    error = str(outcome["error"])
-    assert "attempt 1 was refused, attempt 2 has committed the batch" in error, error
-    assert [(c["batch_id"], c["attempt"]) for c in batch_commits(table)] == [(1, 1), (2, 2)]
+    zombie_refused_after_the_replay(
+        make,
+        fields,
+        flag,
+        kafka_broker.bootstrap,
+        lambda: [(c["batch_id"], c["attempt"]) for c in batch_commits(table)],
+    )
     assert Counter(json.loads(r["value"])["id"] for r in table_rows(table)) == Counter(range(80))
-    batch = ledger.batch(plan.batch_id)
-    assert (batch.status, batch.attempts, batch.records) == ("replayed", 2, 40)
-    assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic_name, q): 20 for q in range(4)}

@@ -2,7 +2,9 @@
 (``dag.test()``), the real broker and both engines (spark-submit on ``local[2]``; the session's
 Spark Connect server): a failed batch and its replay, the next batch, and a cleared run rewriting
 its batch, each record once, with pyiceberg's SQL catalog on SQLite: spark-submit into a bucket of
-the session's S3 server (``s3a://``), the connect engine into a local path.
+the session's S3 server (``s3a://``), the connect engine into a local path. A batch committed by a
+worker that died before the ledger's mark, adopted by the replay DAG; a zombie attempt whose job
+commits after the replay DAG committed the batch, refused.
 
 The table is read back with pyiceberg only (the catalog's current snapshot and its data files),
 never with Spark or the sink's own read-back.
@@ -32,6 +34,16 @@ def table(uri: str, name: str):
     from airflow_kafka_backpressure.sinks.iceberg import s3_properties
 
     return SqlCatalog("kbp", uri=uri, **s3_properties()).load_table(name)
+
+
+def batch_commits(uri: str) -> list[tuple[int, int]]:
+    """(batch id, attempt) of each of the table's snapshots that a batch's commit made, oldest first."""
+    return [
+        (d["batch_id"], d["attempt"])
+        for s in table(uri, "kbp.events").snapshots()
+        if s.summary and BATCH_PROPERTY in s.summary.additional_properties
+        for d in [json.loads(s.summary.additional_properties[BATCH_PROPERTY])]
+    ]
 
 
 def where(request, store: str, tmp_path, monkeypatch) -> tuple[str, dict[str, str]]:
@@ -204,19 +216,37 @@ def test_an_iceberg_batch_written_but_not_marked_is_adopted_without_writing_agai
     plan, metrics = write_without_mark(p, ledger, kafka_broker.bootstrap, dead)
     assert (metrics.records, metrics.adopted) == (40, False)
 
-    def commits() -> list[tuple[int, int]]:
-        return [
-            (d["batch_id"], d["attempt"])
-            for s in table(uri, "kbp.events").snapshots()
-            if s.summary and BATCH_PROPERTY in s.summary.additional_properties
-            for d in [json.loads(s.summary.additional_properties[BATCH_PROPERTY])]
-        ]
-
-    assert commits() == [(plan.batch_id, 1)]
+    assert batch_commits(uri) == [(plan.batch_id, 1)]
 
     adopted_by_the_replay_dag(p, ledger, plan, dead)  # ... and the worker died: its lease runs out
-    assert commits() == [(plan.batch_id, 1)]  # the dead attempt's snapshot, and no other
+    assert batch_commits(uri) == [(plan.batch_id, 1)]  # the dead attempt's snapshot, and no other
     rows = table(uri, "kbp.events").scan().to_arrow().to_pylist()
     assert Counter(json.loads(r["value"])["id"] for r in rows) == Counter(range(40))
     assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic_name, q): 10 for q in range(4)}
     assert ledger.losses(p.name) == []
+
+
+def test_a_zombie_attempt_of_an_iceberg_batch_is_refused_after_the_replay_committed_it(
+    kafka_broker, topic_name, tmp_path, monkeypatch, airflow_db
+):
+    """Attempt fencing through the DAGs, as for Delta (test_replay_reliability's
+    zombie_refused_after_the_replay): attempt 1 of batch 2, its lease run out, commits after the
+    replay DAG committed the batch as attempt 2; the table names attempt 2 for the batch, so the
+    sink refuses attempt 1 and commits nothing. The table keeps batch 1's and attempt 2's snapshots
+    only, each record once (read with pyiceberg). spark-submit (each attempt its own driver) into a
+    local table."""
+    from .test_replay_reliability import zombie_refused_after_the_replay
+
+    uri = f"sqlite:///{tmp_path}/catalog.db"
+    flag = tmp_path / "hold"
+    monkeypatch.setenv("KBP_TEST_HOLD_FLAG", str(flag))
+    make = af.pipeline_maker(monkeypatch, kafka_broker.bootstrap, topic_name, tmp_path, engine="submit")
+    fields = dict(
+        sink=str(tmp_path / "events"),
+        sink_format="iceberg",
+        sink_options={"iceberg_catalog_uri": uri},
+        replay_interval_s=20,
+    )
+    zombie_refused_after_the_replay(make, fields, flag, kafka_broker.bootstrap, lambda: batch_commits(uri))
+    rows = table(uri, "kbp.events").scan().to_arrow().to_pylist()
+    assert Counter(json.loads(r["value"])["id"] for r in rows) == Counter(range(80))

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -185,6 +186,69 @@ def running_by_hand(p: PipelineConfig, ledger: Ledger, token: str, start: int, e
     )
     ledger.mark_running(plan.batch_id, executors=1, token=token, lease_ms=3_600_000)
     return plan
+
+
+def zombie_refused_after_the_replay(
+    make, fields: dict, flag: Path, bootstrap: str, commits: Callable[[], list[tuple[int, int]]]
+):
+    """Attempt fencing through the DAGs, for a sink format whose batch commits ``commits()`` lists
+    as ``(batch id, attempt)``: batch 1 through the ingest DAG (the table exists, as it mostly does);
+    attempt 1 of batch 2 (a worker that stopped heartbeating, so its lease ran out) still runs its
+    Spark job, held in a UDF while ``flag`` exists (``make``'s pipeline has test_batch_stop.HOLD as
+    its transform), when the replay DAG takes the batch over and commits it as attempt 2; then
+    attempt 1's job goes on to its commit and the sink refuses it, committing nothing. Checks the
+    ledger's mark and the committed group; returns the pipeline, for its table's rows (80 records)."""
+    import threading
+
+    from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
+
+    from .test_batch_stop import HOLD, wait_for_held_udf
+
+    p, ledger = make(transform=HOLD, **fields)
+    produce(bootstrap, p.topics[0], count=40, partitions=4)
+    first = af.run_dag(p.ingest_dag_id, 0)
+    assert first.state == "success", first.task_states
+    produce(bootstrap, p.topics[0], count=40, partitions=4, start_id=40)
+    zombie = "0badf00d" * 4
+    plan = running_by_hand(p, ledger, zombie, 10, 20)
+    assert (plan.batch_id, ledger.batch(plan.batch_id).attempts) == (2, 1)
+    flag.touch()
+
+    outcome: dict = {}
+
+    def attempt_1() -> None:
+        try:
+            outcome["metrics"] = SparkBatchHook.for_pipeline(p).run(
+                plan, 1, {"bootstrap.servers": bootstrap}, token=zombie, attempt=1
+            )
+        except Exception as e:  # what the operator would see
+            outcome["error"] = e
+
+    worker = threading.Thread(target=attempt_1, daemon=True)
+    worker.start()
+    assert wait_for_held_udf(flag), "attempt 1's job never reached the batch's rows"
+    ledger.renew_lease(plan.batch_id, zombie, 1)  # ... and its worker stopped heartbeating
+    time.sleep(0.05)
+
+    p, ledger = make(name=p.name, **fields)  # the replay's job is not held
+    r = af.run_dag(p.replay_dag_id, 0)
+    assert r.state == "success", r.task_states
+    assert [(x["batch_id"], x["records"], x["adopted"]) for x in r.xcoms["replay"]] == [
+        (plan.batch_id, 40, False)
+    ]
+    assert commits() == [(1, 1), (2, 2)]
+
+    flag.unlink()  # attempt 1's job goes on to its commit
+    worker.join(600)
+    assert not worker.is_alive(), "attempt 1's job did not end"
+    assert "metrics" not in outcome, f"the stale attempt succeeded: {outcome.get('metrics')}"
+    error = str(outcome["error"])
+    assert "attempt 1 was refused, attempt 2 has committed the batch" in error, error
+    assert commits() == [(1, 1), (2, 2)]
+    batch = ledger.batch(plan.batch_id)
+    assert (batch.status, batch.attempts, batch.records) == ("replayed", 2, 40)
+    assert committed(bootstrap, p) == {TopicPartition(p.topics[0], q): 20 for q in range(4)}
+    return p
 
 
 def adopted_by_the_replay_dag(p: PipelineConfig, ledger: Ledger, plan, token: str, records: int = 40):
