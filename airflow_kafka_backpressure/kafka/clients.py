@@ -15,7 +15,7 @@ log while the constructor runs and, if a SASL login was refused, raises
 
 :func:`run_within` bounds a whole conversation with the brokers: kafka-python bounds its requests,
 but not every wait before one (a TLS handshake with a broker that accepted the connection and
-then stopped answering waits for ever).
+then stopped answering waits for ever). :func:`started` runs one beside the caller, awaited later.
 
 No Airflow or Spark imports (the Spark job and the Airflow worker both use it).
 """
@@ -38,9 +38,10 @@ class NoAnswer(Exception):
     """A call given to :func:`run_within` had not ended when its time was up."""
 
 
-def run_within(timeout_s: float, name: str, fn: Callable[[], T]) -> T:
-    """``fn()`` in a daemon thread: its result, or its exception, or :class:`NoAnswer` once
-    ``timeout_s`` have passed (the call is left to its thread; close or discard what it uses)."""
+def started(name: str, fn: Callable[[], T]) -> Callable[[float | None], T]:
+    """``fn()`` started now in a daemon thread named after ``name``; the returned call waits for it
+    (at most its argument's seconds; None: until it ends) and gives its result, raises its
+    exception, or raises :class:`NoAnswer` when the time is up (the call is left to its thread)."""
     box: dict[str, Any] = {}
     done = threading.Event()
 
@@ -53,11 +54,21 @@ def run_within(timeout_s: float, name: str, fn: Callable[[], T]) -> T:
             done.set()
 
     threading.Thread(target=run, name=f"kbp-kafka-{name[:40]}", daemon=True).start()
-    if not done.wait(timeout_s):
-        raise NoAnswer(f"{name}: no answer within {timeout_s:.0f} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+
+    def answer(timeout_s: float | None = None) -> T:
+        if not done.wait(timeout_s):
+            raise NoAnswer(f"{name}: no answer within {timeout_s:.0f} s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    return answer
+
+
+def run_within(timeout_s: float, name: str, fn: Callable[[], T]) -> T:
+    """``fn()`` in a daemon thread: its result, or its exception, or :class:`NoAnswer` once
+    ``timeout_s`` have passed (the call is left to its thread; close or discard what it uses)."""
+    return started(name, fn)(timeout_s)
 
 
 class _RefusedLogins(logging.Handler):

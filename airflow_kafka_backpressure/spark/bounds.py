@@ -11,12 +11,11 @@ check: the client's import and the session's round trips no longer come before i
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_kafka_backpressure.batch.models import JobSpec, OffsetRange, TopicPartition
-from airflow_kafka_backpressure.kafka.clients import NoAnswer, new_client, run_within
+from airflow_kafka_backpressure.kafka.clients import NoAnswer, new_client, run_within, started
 from airflow_kafka_backpressure.kafka.config import KafkaConfigError, to_kafka_python
 from airflow_kafka_backpressure.kafka.offsets import WATCHDOG_GRACE_S
 from airflow_kafka_backpressure.spark.errors import JobError
@@ -150,25 +149,5 @@ def check_bounds(spec: JobSpec) -> dict[TopicPartition, tuple[int, int]]:
 def started_check(spec: JobSpec) -> Callable[[], dict[TopicPartition, tuple[int, int]]]:
     """:func:`check_bounds` of ``spec`` started now, in a daemon thread; the returned call waits
     for it and returns its answer or raises its error (the check bounds its own time)."""
-    box: dict[str, Any] = {}
-    thread = threading.Thread(
-        target=lambda: _into(box, lambda: check_bounds(spec)),
-        name=f"kbp-bounds-{spec.plan.batch_id}",
-        daemon=True,
-    )
-    thread.start()
-
-    def answer() -> dict[TopicPartition, tuple[int, int]]:
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
-
-    return answer
-
-
-def _into(box: dict[str, Any], fn: Callable[[], Any]) -> None:
-    try:
-        box["value"] = fn()
-    except BaseException as e:  # noqa: BLE001 - raised where the answer is awaited
-        box["error"] = e
+    answer = started(f"bounds check of batch {spec.plan.batch_id}", lambda: check_bounds(spec))
+    return lambda: answer(None)
