@@ -190,14 +190,14 @@ def running_by_hand(p: PipelineConfig, ledger: Ledger, token: str, start: int, e
 
 def zombie_refused_after_the_replay(
     make, fields: dict, flag: Path, bootstrap: str, commits: Callable[[], list[tuple[int, int]]]
-):
+) -> None:
     """Attempt fencing through the DAGs, for a sink format whose batch commits ``commits()`` lists
     as ``(batch id, attempt)``: batch 1 through the ingest DAG (the table exists, as it mostly does);
     attempt 1 of batch 2 (a worker that stopped heartbeating, so its lease ran out) still runs its
     Spark job, held in a UDF while ``flag`` exists (``make``'s pipeline has test_batch_stop.HOLD as
     its transform), when the replay DAG takes the batch over and commits it as attempt 2; then
     attempt 1's job goes on to its commit and the sink refuses it, committing nothing. Checks the
-    ledger's mark and the committed group; returns the pipeline, for its table's rows (80 records)."""
+    ledger's mark and the committed group; the caller checks its table's rows (80 records)."""
     import threading
 
     from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
@@ -248,7 +248,6 @@ def zombie_refused_after_the_replay(
     batch = ledger.batch(plan.batch_id)
     assert (batch.status, batch.attempts, batch.records) == ("replayed", 2, 40)
     assert committed(bootstrap, p) == {TopicPartition(p.topics[0], q): 20 for q in range(4)}
-    return p
 
 
 def adopted_by_the_replay_dag(p: PipelineConfig, ledger: Ledger, plan, token: str, records: int = 40):
