@@ -65,6 +65,15 @@ def failed_batches(
     return p, ledger
 
 
+def wait_until_due(ledger: Ledger, batch_id: int, p: PipelineConfig) -> None:
+    """Sleep until the failed batch ``batch_id`` is due for a replay (the replay queue's backoff)."""
+    from airflow_kafka_backpressure.ledger.replay_queue import due_at_ms
+    from airflow_kafka_backpressure.operators.replay import replay_backoff_base_ms
+
+    due_ms = due_at_ms(ledger.batch(batch_id), replay_backoff_base_ms(p))
+    time.sleep(max(0.0, due_ms / 1000 - time.time()) + 0.1)
+
+
 def ids_at(partition: int, offsets: range) -> set[int]:
     """Ids at ``offsets`` of ``partition`` (id i went to partition i % 4, in order)."""
     return {partition + 4 * o for o in offsets}
@@ -115,6 +124,11 @@ def test_a_failing_batch_does_not_block_later_ones_and_skip_records_retention_lo
     assert committed(kafka_broker.bootstrap, p) == {TopicPartition(topic, q): 10 for q in range(4)}
 
     poison.unlink()
+    # the next replay run as the scheduler would start it, once batch 2's backoff after its failed
+    # replay (one replay interval) has passed. Started at once, its sensor's window (0.9 of the
+    # interval, polled every quarter) could close before the batch was due: on a fast machine the
+    # first run ended 2 s after batch 2's replay failed and the second run was skipped (2026-12-01)
+    wait_until_due(ledger, 2, p)
     again = af.run_dag(p.replay_dag_id, 1)
     assert again.state == "success", again.task_states
     assert [x["batch_id"] for x in again.xcoms["replay"]] == [2]
