@@ -74,6 +74,8 @@ PIPELINE, TOPIC, PARTITIONS = "bench", "bench-events", 4
 BUCKET = "kbp-bench"
 #: the Iceberg sink's SQL catalog (SQLite in the run's work folder), set by main()
 ICEBERG_CATALOG: list[str] = []
+#: how many snapshots the Iceberg prefill keeps (``--iceberg-kept``), set by main()
+ICEBERG_KEPT: list[int] = []
 
 
 def session(master: str, work: Path, s3: Any, extra: dict[str, str]) -> Any:
@@ -199,7 +201,7 @@ def history(spark: Any, args: argparse.Namespace, where: dict[str, Callable[[str
             if fmt == "parquet" and loc == "s3":
                 continue  # refused by the pipeline (see the throughput part)
             sink = where[loc](f"history-{fmt}-{loc}")
-            fill = PREFILL.get(fmt) if args.prefill and loc == "local" else None  # none for iceberg
+            fill = PREFILL.get(fmt) if args.prefill and loc == "local" else None
             medians, line = commit_times(spark, args, writer(fmt, spark, sink), checkpoints, sink, fill)
             commit, committed, fresh = (medians[-1][k] / medians[0][k] for k in range(3))
             how = ", history prefilled" if fill else ""
@@ -371,9 +373,82 @@ def prefill_delta(sink: str, start: int, stop: int, rows: int) -> None:
     DeltaTable(sink).create_checkpoint()
 
 
+def prefill_iceberg(sink: str, start: int, stop: int, rows: int) -> None:
+    """Batches ``start`` … ``stop - 1`` of the Iceberg table as its maintenance keeps it: each batch its
+    data files (batch 0's, as many as Spark wrote, with the batch's id and offsets, in a folder
+    of the batch's own as the sink writes), committed through pyiceberg as the sink commits (no
+    Spark); the newest ``--iceberg-kept`` batches one commit each with its ``kbp.batch`` property
+    (the sink's commit without its checks), the older ones in commits of 1,000 files, and then every
+    snapshot but the newest ``--iceberg-kept`` expired: the table a maintenance's snapshot expiry
+    leaves at a retention of that many intervals (docs/sinks.md: 720 is 12 h at a 60 s interval),
+    before its compaction (``--compaction`` times that next). Without expiry a 10,000-batch history
+    is some 20 hours of commits here (each costs ~1.4 ms per kept snapshot)."""
+    import json
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from airflow_kafka_backpressure.sinks.iceberg import BATCH_PROPERTY
+    from airflow_kafka_backpressure.sinks.table import BATCH_COLUMN, batch_metadata
+
+    fmt = sink_format_for("iceberg", {"iceberg_catalog_uri": ICEBERG_CATALOG[0]})
+    table = fmt.load(sink)
+    templates = []  # batch 0's data files, as many as Spark wrote
+    for task in table.scan(row_filter=f"{BATCH_COLUMN} == 0").plan_files():
+        with table.io.new_input(task.file.file_path).open() as f:
+            templates.append(pq.read_table(f))
+
+    def data_files(batch_id: int) -> list[str]:
+        folder = Path(sink) / "data" / f"{BATCH_COLUMN}={batch_id}" / f"1-{uuid.uuid4().hex}"
+        folder.mkdir(parents=True)
+        paths = []
+        for i, data in enumerate(templates):
+            batch_col = data.schema.get_field_index(BATCH_COLUMN)
+            offset_col = data.schema.get_field_index("offset")
+            offset_type = data.schema.field(offset_col).type
+            out = data.set_column(
+                batch_col, data.schema.field(batch_col), pa.array([batch_id] * data.num_rows, pa.int64())
+            ).set_column(
+                offset_col,
+                data.schema.field(offset_col),
+                pc.add(data.column(offset_col), pa.scalar(batch_id * rows, offset_type)),
+            )
+            paths.append(str(folder / f"part-{i:05d}.snappy.parquet"))
+            pq.write_table(out, paths[-1], compression="snappy")
+        return paths
+
+    t0 = time.perf_counter()
+    kept = ICEBERG_KEPT[0]
+    one_by_one = max(start, stop - kept)
+    for first in range(start, one_by_one, 1000):
+        with table.transaction() as tx:
+            files = [p for b in range(first, min(first + 1000, one_by_one)) for p in data_files(b)]
+            tx.add_files(files, check_duplicate_files=False)
+    for batch_id in range(one_by_one, stop):
+        ranges = batch_ranges(batch_id, rows)
+        metadata = batch_metadata(PIPELINE, batch_id, 1, ranges, rows, {})
+        with table.transaction() as tx:
+            tx.add_files(
+                data_files(batch_id),
+                snapshot_properties={BATCH_PROPERTY: json.dumps(metadata, sort_keys=True)},
+                check_duplicate_files=False,
+            )
+    newest = {s.snapshot_id for s in sorted(table.snapshots(), key=lambda s: s.sequence_number or 0)[-kept:]}
+    expired = [s.snapshot_id for s in table.snapshots() if s.snapshot_id not in newest]
+    if expired:
+        table.maintenance.expire_snapshots().by_ids(expired).commit()
+    print(
+        f"    (iceberg prefill of batches {start}-{stop - 1}: {time.perf_counter() - t0:.0f} s; "
+        f"{len(table.snapshots())} snapshots kept, {len(table.current_snapshot().manifests(table.io))} manifests)"
+    )
+
+
 PREFILL: dict[str, Callable[[str, int, int, int], None]] = {
     "parquet": prefill_parquet,
     "delta": prefill_delta,
+    "iceberg": prefill_iceberg,
 }
 
 
@@ -455,6 +530,12 @@ def main() -> None:
         action="store_true",
         help="fill the history of local sinks between checkpoints without Spark (see the module doc)",
     )
+    ap.add_argument(
+        "--iceberg-kept",
+        type=int,
+        default=720,
+        help="snapshots the Iceberg prefill keeps: its expiry's retention in intervals (720: 12 h at 60 s)",
+    )
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument(
         "--compaction",
@@ -483,6 +564,7 @@ def main() -> None:
         s3.create_bucket(BUCKET)
         # the Iceberg sink's catalog, and its pyiceberg client's S3 settings (the AWS environment)
         ICEBERG_CATALOG.append(f"sqlite:///{work}/iceberg-catalog.db")
+        ICEBERG_KEPT.append(args.iceberg_kept)
         os.environ.update(s3.aws_environment())
         spark = session(args.master, work, s3, dict(kv.split("=", 1) for kv in args.conf))
         spark.sparkContext.setLogLevel("WARN")
