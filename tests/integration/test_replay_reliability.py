@@ -171,15 +171,23 @@ def test_fail_mode_names_the_batch_and_the_abandon_command_and_later_batches_are
     assert ledger.replayable_batches(p.name) == []
 
 
-def write_without_mark(p: PipelineConfig, ledger: Ledger, bootstrap: str, token: str):
-    """40 records produced and planned as one batch, which attempt ``token`` runs through the sink's
-    commit; the ledger is not told (the worker died before its mark): the row stays ``running`` under
-    ``token``. Returns the plan and the job's metrics."""
+def write_without_mark(
+    p: PipelineConfig,
+    ledger: Ledger,
+    bootstrap: str,
+    token: str,
+    start_id: int = 0,
+    offsets: tuple[int, int] = (0, 10),
+):
+    """40 records produced (ids from ``start_id``) and planned as one batch (``offsets`` of each
+    partition), which attempt ``token`` runs through the sink's commit; the ledger is not told (the
+    worker died before its mark): the row stays ``running`` under ``token``. Returns the plan and
+    the job's metrics."""
     from airflow_kafka_backpressure.hooks.spark_batch import SparkBatchHook
 
     ledger.upgrade()  # what the DAG's tasks do on first use
-    produce(bootstrap, p.topics[0], count=40, partitions=4)
-    plan = running_by_hand(p, ledger, token, 0, 10)
+    produce(bootstrap, p.topics[0], count=40, partitions=4, start_id=start_id)
+    plan = running_by_hand(p, ledger, token, *offsets)
     metrics = SparkBatchHook.for_pipeline(p).run(
         plan, 1, {"bootstrap.servers": bootstrap}, token=token, attempt=ledger.batch(plan.batch_id).attempts
     )
