@@ -378,7 +378,7 @@ def prefill_iceberg(sink: str, start: int, stop: int, rows: int) -> None:
     data files (batch 0's, as many as Spark wrote, with the batch's id and offsets, in a folder
     of the batch's own as the sink writes), committed through pyiceberg as the sink commits (no
     Spark); the newest ``--iceberg-kept`` batches one commit each with its ``kbp.batch`` property
-    (the sink's commit without its checks), the older ones in commits of 1,000 files, and then every
+    (the sink's commit without its checks, through its transaction), the older ones in commits of 1,000 files, and then every
     snapshot but the newest ``--iceberg-kept`` expired: the table a maintenance's snapshot expiry
     leaves at a retention of that many intervals (docs/sinks.md: 720 is 12 h at a 60 s interval),
     before its compaction (``--compaction`` times that next). Without expiry a 10,000-batch history
@@ -391,6 +391,7 @@ def prefill_iceberg(sink: str, start: int, stop: int, rows: int) -> None:
     import pyarrow.parquet as pq
 
     from airflow_kafka_backpressure.sinks.iceberg import BATCH_PROPERTY
+    from airflow_kafka_backpressure.sinks.iceberg_transaction import transaction
     from airflow_kafka_backpressure.sinks.table import BATCH_COLUMN, batch_metadata
 
     fmt = sink_format_for("iceberg", {"iceberg_catalog_uri": ICEBERG_CATALOG[0]})
@@ -423,13 +424,13 @@ def prefill_iceberg(sink: str, start: int, stop: int, rows: int) -> None:
     kept = ICEBERG_KEPT[0]
     one_by_one = max(start, stop - kept)
     for first in range(start, one_by_one, 1000):
-        with table.transaction() as tx:
+        with transaction(table) as tx:
             files = [p for b in range(first, min(first + 1000, one_by_one)) for p in data_files(b)]
             tx.add_files(files, check_duplicate_files=False)
     for batch_id in range(one_by_one, stop):
         ranges = batch_ranges(batch_id, rows)
         metadata = batch_metadata(PIPELINE, batch_id, 1, ranges, rows, {})
-        with table.transaction() as tx:
+        with transaction(table) as tx:
             tx.add_files(
                 data_files(batch_id),
                 snapshot_properties={BATCH_PROPERTY: json.dumps(metadata, sort_keys=True)},

@@ -371,3 +371,61 @@ def test_a_downstream_task_reads_the_snapshot_a_batch_committed_without_the_cata
     assert read(None, IcebergSink(catalog_uri)) == {2: 8}  # the current snapshot, through the catalog
     with pytest.raises(SinkFormatError, match="names no snapshot .read_at. and no catalog"):
         read(None)
+
+
+def test_the_sinks_transaction_sees_each_staged_update_and_commits_what_pyicebergs_own_would(tmp_path):
+    """``iceberg_transaction.MemoTransaction`` (the sink's commit) against pyiceberg's own
+    ``Transaction`` on twin tables of pyiceberg's SQL catalog (no Spark): its metadata view is the
+    one pyiceberg builds from the same staged updates, after each of them, reused between them;
+    and the two commits leave the same snapshots and rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table.update import update_table_metadata
+
+    from airflow_kafka_backpressure.sinks.iceberg_transaction import MemoTransaction
+
+    catalog = SqlCatalog("kbp", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("kbp")
+    schema = pa.schema([("id", pa.int64())])
+    tables = {}
+    for name in ("own", "memo"):
+        catalog.create_table(f"kbp.{name}", schema=schema, location=f"{tmp_path}/{name}")
+        (tmp_path / name / "data").mkdir(parents=True)
+        for i in range(3):  # a history of 3 snapshots
+            path = f"{tmp_path}/{name}/data/{i}.parquet"
+            pq.write_table(pa.table({"id": [i]}, schema=schema), path)
+            catalog.load_table(f"kbp.{name}").add_files([path])
+        tables[name] = catalog.load_table(f"kbp.{name}")
+
+    def dump(metadata) -> dict:
+        return metadata.model_dump(exclude={"last_updated_ms"})
+
+    tx = MemoTransaction(tables["memo"])
+    before = tx.table_metadata
+    assert tx.table_metadata is before  # built once, until an update is staged
+    assert dump(before) == dump(update_table_metadata(tables["memo"].metadata, ()))
+    with tx:
+        tx.set_properties(owner="kbp")
+        staged = tx.table_metadata
+        assert staged is not before and staged.properties["owner"] == "kbp"
+        assert dump(staged) == dump(update_table_metadata(tables["memo"].metadata, tx._updates))
+        path = f"{tmp_path}/memo/data/3.parquet"
+        pq.write_table(pa.table({"id": [3]}, schema=schema), path)
+        tx.add_files([path], snapshot_properties={BATCH_PROPERTY: "{}"}, check_duplicate_files=False)
+        assert len(tx.table_metadata.snapshots) == 4
+    with tables["own"].transaction() as own:
+        own.set_properties(owner="kbp")
+        path = f"{tmp_path}/own/data/3.parquet"
+        pq.write_table(pa.table({"id": [3]}, schema=schema), path)
+        own.add_files([path], snapshot_properties={BATCH_PROPERTY: "{}"}, check_duplicate_files=False)
+
+    own_table, memo_table = catalog.load_table("kbp.own"), catalog.load_table("kbp.memo")
+    assert [s.summary.operation for s in memo_table.snapshots()] == [
+        s.summary.operation for s in own_table.snapshots()
+    ]
+    assert [s.parent_snapshot_id is None for s in memo_table.snapshots()] == [True, False, False, False]
+    assert memo_table.current_snapshot().summary.additional_properties[BATCH_PROPERTY] == "{}"
+    assert memo_table.properties["owner"] == own_table.properties["owner"] == "kbp"
+    assert sorted(memo_table.scan().to_arrow().column("id").to_pylist()) == [0, 1, 2, 3]
+    assert sorted(own_table.scan().to_arrow().column("id").to_pylist()) == [0, 1, 2, 3]
