@@ -302,6 +302,7 @@ class IcebergSink(TableFormat):
     ) -> BatchCommit:
         from pyiceberg.exceptions import CommitFailedException, ValidationException
 
+        from .iceberg_files import file_schema, rows_in, write_files
         from .iceberg_transaction import transaction
 
         rows = marked_rows(df, pipeline=pipeline, batch_id=batch_id, attempt=attempt, fmt="Iceberg")
@@ -316,14 +317,14 @@ class IcebergSink(TableFormat):
         if partition_by is not None:
             # one partition's rows per file: pyiceberg reads each file's partition from its stats
             rows = rows.withColumn(partition_by.name, partition_by.number(rows, where))
-        files = _write_files(
+        files = write_files(
             spark,
             rows,
             f"{sink.rstrip('/')}/data/{BATCH_COLUMN}={int(batch_id)}/{int(attempt)}-{uuid.uuid4().hex}",
             None if partition_by is None else partition_by.name,
         )
         io = self.io(sink)
-        schema = _file_schema(io, files[0]) if files else None  # the batch's columns, read once
+        schema = file_schema(io, files[0]) if files else None  # the batch's columns, read once
         if table is None:
             table = self._create(sink, schema, partition_by) if schema is not None else None
         if table is None:  # an empty first batch of a new table: no schema to create it with yet
@@ -331,7 +332,7 @@ class IcebergSink(TableFormat):
                 f"{where}: the batch has no rows and the table does not exist yet; it is created by the first "
                 "batch with rows"
             )
-        written = _rows_in(io, files)
+        written = rows_in(io, files)
         if expected_records is not None and written != expected_records:
             raise SinkFormatError(
                 f"{where}: attempt {attempt} wrote {written} rows but the batch must publish {expected_records}; "
@@ -464,41 +465,3 @@ def _newest_commit(table: Any, pipeline: str, batch_id: int) -> BatchCommit | No
             read_at={"snapshot_id": int(snapshot.snapshot_id), "metadata": table.metadata_location},
         )
     return None
-
-
-def _write_files(spark: Any, rows: Any, folder: str, split_by: str | None = None) -> list[str]:
-    """Write ``rows`` as Parquet into ``folder`` (Iceberg's microsecond timestamps), one folder per
-    value of ``split_by`` (a column left out of the files), and return the data files Spark wrote."""
-    key = "spark.sql.parquet.outputTimestampType"
-    before = spark.conf.get(key, None)
-    spark.conf.set(key, "TIMESTAMP_MICROS")
-    try:
-        writer = rows.write.mode("error")  # a folder of its own (Connect takes no "errorifexists")
-        if split_by is not None:
-            writer = writer.partitionBy(split_by)
-        writer.parquet(folder)
-    finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
-    return sorted(spark.read.parquet(folder).inputFiles())
-
-
-def _file_schema(io: Any, path: str) -> Any:
-    """The Arrow schema of the Parquet file at ``path`` (its footer, through pyiceberg's file IO)."""
-    import pyarrow.parquet as pq
-
-    with io.new_input(path).open() as f:
-        return pq.read_schema(f)
-
-
-def _rows_in(io: Any, files: Sequence[str]) -> int:
-    """The rows the Parquet ``files`` hold, from their footers."""
-    import pyarrow.parquet as pq
-
-    total = 0
-    for path in files:
-        with io.new_input(path).open() as f:
-            total += pq.read_metadata(f).num_rows
-    return total
