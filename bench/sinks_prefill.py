@@ -156,7 +156,7 @@ def prefill_iceberg(sink: str, start: int, stop: int, rows: int, *, catalog_uri:
     import pyarrow.parquet as pq
 
     from airflow_kafka_backpressure.sinks.iceberg import BATCH_PROPERTY
-    from airflow_kafka_backpressure.sinks.iceberg_transaction import transaction
+    from airflow_kafka_backpressure.sinks.iceberg_transaction import MemoTransaction
     from airflow_kafka_backpressure.sinks.table import BATCH_COLUMN, batch_metadata
 
     fmt = sink_format_for("iceberg", {"iceberg_catalog_uri": catalog_uri})
@@ -178,13 +178,13 @@ def prefill_iceberg(sink: str, start: int, stop: int, rows: int, *, catalog_uri:
     t0 = time.perf_counter()
     one_by_one = max(start, stop - kept)
     for first in range(start, one_by_one, 1000):
-        with transaction(table) as tx:
+        with MemoTransaction(table) as tx:
             files = [p for b in range(first, min(first + 1000, one_by_one)) for p in data_files(b)]
             tx.add_files(files, check_duplicate_files=False)
     for batch_id in range(one_by_one, stop):
         ranges = batch_ranges(batch_id, rows)
         metadata = batch_metadata(PIPELINE, batch_id, 1, ranges, rows, {})
-        with transaction(table) as tx:
+        with MemoTransaction(table) as tx:
             tx.add_files(
                 data_files(batch_id),
                 snapshot_properties={BATCH_PROPERTY: json.dumps(metadata, sort_keys=True)},

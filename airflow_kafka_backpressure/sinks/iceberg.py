@@ -303,7 +303,7 @@ class IcebergSink(TableFormat):
         from pyiceberg.exceptions import CommitFailedException, ValidationException
 
         from .iceberg_files import file_schema, rows_in, write_files
-        from .iceberg_transaction import transaction
+        from .iceberg_transaction import MemoTransaction
 
         rows = marked_rows(df, pipeline=pipeline, batch_id=batch_id, attempt=attempt, fmt="Iceberg")
         where = f"Iceberg table {self.identifier(sink)} at {sink}, batch {batch_id} of pipeline {pipeline!r}"
@@ -341,7 +341,7 @@ class IcebergSink(TableFormat):
         metadata = batch_metadata(pipeline, batch_id, attempt, ranges, expected_records, details)
         for _ in range(COMMIT_TRIES):
             try:
-                with transaction(table) as tx:  # its metadata built once per update, not per read
+                with MemoTransaction(table) as tx:  # its metadata built once per update, not per read
                     if merge_schema and schema is not None:
                         with tx.update_schema() as update:
                             update.union_by_name(schema)

@@ -4,17 +4,16 @@ pyiceberg 0.12's ``Transaction.table_metadata`` is a property that applies every
 the table's metadata and deep-copies the result, on every read; an ``add_files`` commit reads it
 some 17 times, and the metadata lists every snapshot the table keeps. So a commit cost about
 0.7–1.4 ms per kept snapshot (``bench/iceberg_commit_growth.py``): 1 s at 720 snapshots, 12 h of
-60 s batches; through this transaction, 0.13 ms. The view depends only on the table's metadata and the updates staged so far (updates
-are only ever appended; the models are frozen), so :class:`MemoTransaction` builds it once per
-(metadata, number of updates) and hands out that one. Everything else — the updates, their
-requirements, the catalog's compare-and-swap — is pyiceberg's own.
+60 s batches; through this transaction, 0.13 ms. The view depends only on the table's metadata and
+the updates staged so far (updates are only ever appended; the models are frozen), so
+:class:`MemoTransaction` builds it once per (metadata, number of updates) and hands out that one.
+Everything else — the updates, their requirements, the catalog's compare-and-swap — is pyiceberg's
+own.
 
 Imported only where pyiceberg is installed (the ``iceberg`` extra).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from pyiceberg.table import Transaction
 from pyiceberg.table.metadata import TableMetadata
@@ -32,9 +31,3 @@ class MemoTransaction(Transaction):
         if self._view is None or self._view[0] != key:
             self._view = (key, update_table_metadata(self._table.metadata, self._updates))
         return self._view[1]
-
-
-def transaction(table: Any) -> Transaction:
-    """A transaction on ``table`` (as ``table.transaction()``) that builds its metadata view once
-    per staged update."""
-    return MemoTransaction(table)

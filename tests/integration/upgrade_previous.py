@@ -13,7 +13,6 @@ executors Variable was broken while it was ingested). It prints one JSON line: w
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -31,14 +30,14 @@ def main(package_dir: str, pipeline_json: str, bootstrap: str) -> None:
         raise SystemExit(f"the previous release was not imported: airflow_kafka_backpressure is {here}")
 
     from airflow_kafka_backpressure.config.pipeline import PipelineConfig
-    from airflow_kafka_backpressure.ledger import Ledger
+    from airflow_kafka_backpressure.hooks.ledger import LedgerHook
     from kbp_local.producer import produce
 
     from . import airflow_harness as af
     from .test_replay_reliability import write_without_mark
 
     p = PipelineConfig.from_dict(json.loads(pipeline_json))
-    ledger = Ledger(json.loads(os.environ["AIRFLOW_CONN_KBP_LEDGER_TEST"])["extra"]["sqlalchemy_url"])
+    ledger = LedgerHook(p.ledger_conn_id).get_conn()  # that release's hook, as its tasks reach the ledger
     topic = p.topics[0]
 
     af.set_variable(p.settings_variable, json.dumps(SETTINGS))
