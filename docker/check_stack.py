@@ -18,7 +18,7 @@ the Spark master's JSON, and the worker containers' work directories with ``dock
 of the provider's own code, so a bug there cannot hide itself. The broker advertises its service
 name, which only resolves inside the stack: ``end-offsets`` runs in a container of the stack (it
 needs nothing but kafka-python), and its output is handed to ``wait-caught-up``. ``connect-auth``
-runs in an Airflow container (the scheduler, where the connect engine's sessions start): it reads
+runs in an Airflow container (a Celery worker, where the connect engine's sessions start): it reads
 the ``spark_connect_default`` connection through the Spark provider's hook and talks to the Connect
 server with pyspark's client, through the container's GRPC_DEFAULT_SSL_ROOTS_FILE_PATH.
 ``connect-exposure`` looks for the server's token where it must not be. Neither prints the token.
@@ -645,8 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     ce.add_argument("--project", required=True, help="the compose project: every container's log is searched")
     ce.add_argument("--connect-ui", required=True, help="the Connect server's Spark UI")
     ce.add_argument("--files", nargs="*", default=[], help="more files to search (this test's output)")
-    args = p.parse_args(argv)
-    try:
+    return dispatch(
         {
             "wait-batches": wait_batches,
             "wait-in-spark": wait_in_spark,
@@ -658,7 +657,15 @@ def main(argv: list[str] | None = None) -> int:
             "verify": verify,
             "connect-auth": connect_auth,
             "connect-exposure": connect_exposure,
-        }[args.command](args)
+        },
+        p.parse_args(argv),
+    )
+
+
+def dispatch(commands: dict, args: argparse.Namespace) -> int:
+    """Run ``args.command``'s check: exit status 0 when it holds, else 1 with its message."""
+    try:
+        commands[args.command](args)
     except CheckFailed as e:
         print(f"check FAILED: {e}", file=sys.stderr, flush=True)
         return 1

@@ -2,8 +2,10 @@
 # One-shot initialisation of the compose stack (service airflow-init). Idempotent: run again, it
 # keeps what exists — secrets, the admin password, connections and Variables edited in the UI.
 #
-#  1. secrets shared by the Airflow services (JWT secret, API secret key, Fernet key) and the admin
-#     password, in the airflow-secrets volume (the services read them through *_CMD settings);
+#  1. secrets shared by the Airflow services (JWT secret, API secret key, Fernet key), the admin
+#     password and Redis's password, in the airflow-secrets volume (the services read them through
+#     *_CMD settings): redis.conf (its requirepass, which the redis service loads) and
+#     celery_broker_url (redis://:password@KBP_REDIS_HOST:KBP_REDIS_PORT/0, the Celery broker);
 #  2. the ledger's database on the PostgreSQL server (created when missing);
 #  3. airflow db migrate;
 #  4. connections kafka_default (the client properties kafka-users wrote: the brokers, SASL_SSL, the
@@ -15,12 +17,13 @@
 # KBP_SPARK_CONNECT_PORT, KBP_SPARK_CONNECT_TOKEN_FILE (optional: a file holding the Connect server's
 # token, the connection's password), KBP_SPARK_CONNECT_USE_SSL (true: the connection's extra is
 # {"use_ssl": true}), KBP_LEDGER_HOST, KBP_LEDGER_PORT, KBP_LEDGER_USER, KBP_LEDGER_PASSWORD,
-# KBP_LEDGER_DB, AIRFLOW_ADMIN_PASSWORD, KBP_DEMO_SETTINGS_KEY, KBP_DEMO_SETTINGS.
+# KBP_LEDGER_DB, KBP_REDIS_HOST, KBP_REDIS_PORT, AIRFLOW_ADMIN_PASSWORD, KBP_DEMO_SETTINGS_KEY,
+# KBP_DEMO_SETTINGS.
 set -euo pipefail
 log() { echo "airflow-init: $*" >&2; }
 need() { [[ -n "${!1:-}" ]] || { log "ERROR: environment variable $1 is not set (see docker/compose.yaml)"; exit 1; }; }
 for v in KBP_KAFKA_CLIENT_PROPERTIES KBP_SPARK_MASTER_URL KBP_SPARK_CONNECT_HOST KBP_SPARK_CONNECT_PORT KBP_LEDGER_HOST \
-         KBP_LEDGER_PORT KBP_LEDGER_USER KBP_LEDGER_PASSWORD KBP_LEDGER_DB; do
+         KBP_LEDGER_PORT KBP_LEDGER_USER KBP_LEDGER_PASSWORD KBP_LEDGER_DB KBP_REDIS_HOST KBP_REDIS_PORT; do
     need "$v"
 done
 
@@ -42,6 +45,18 @@ def keep_or_write(name, value):
 keep_or_write("jwt_secret", secrets.token_urlsafe(64))
 keep_or_write("api_secret_key", secrets.token_urlsafe(32))
 keep_or_write("fernet_key", base64.urlsafe_b64encode(os.urandom(32)).decode())
+# Redis's password (URL-safe characters: it goes into the broker URL as it is), then the two files
+# made from it, rewritten on each start (the host or port may have changed; the password stays)
+keep_or_write("redis_password", secrets.token_urlsafe(24))
+with open(os.path.join(d, "redis_password")) as f:
+    redis_password = f.read().strip()
+for name, value in (
+    ("redis.conf", f"requirepass {redis_password}\n"),
+    ("celery_broker_url", f"redis://:{redis_password}@{os.environ['KBP_REDIS_HOST']}:{os.environ['KBP_REDIS_PORT']}/0"),
+):
+    if os.path.exists(os.path.join(d, name)):
+        os.unlink(os.path.join(d, name))
+    keep_or_write(name, value)
 # the admin's password: AIRFLOW_ADMIN_PASSWORD, else one generated on the first start and logged once
 given = os.environ.get("AIRFLOW_ADMIN_PASSWORD", "")
 if keep_or_write("passwords.json", json.dumps({"admin": given or secrets.token_urlsafe(12)})) and not given:

@@ -8,10 +8,16 @@
 #  2. starts its own Docker engine (no bridge, no iptables; state, socket and logs under .tmp/);
 #  3. builds a Debian bookworm base image with debootstrap, a wheelhouse from the host's pip, the
 #     stack's image on that base, and stand-ins for the two images that cannot be pulled here:
-#     Kafka (Apache Kafka from Maven Central's jars, on the stack's image) and PostgreSQL (Debian's);
+#     Kafka (Apache Kafka from Maven Central's jars, on the stack's image), PostgreSQL and Redis
+#     (Debian's);
 #  4. brings up docker/compose.yaml with docker/compose.hostnet.yaml (host networking, ports from
 #     docker/hostnet.env) and 2 Spark workers, and checks that no network was created;
-#  5. waits for 2 batches of the demo pipeline with a change of executor count; checks that the
+#  5. waits for 2 batches of the demo pipeline with a change of executor count; waits until batches
+#     with records have run on both Celery workers (airflow-worker-1, airflow-worker-2: their task
+#     instances' hostnames, docker/check_workers.py), SIGKILLs and removes the container of the worker
+#     whose ingest task is running a batch in Spark, and checks that the batch is recovered on the
+#     other (the scheduler fails the dead task, the replay DAG re-runs the batch once its ledger
+#     lease expires; nothing but PostgreSQL and the sink is shared); checks that the
 #     topic and the group offsets are on 3 replicas; SIGKILLs Kafka node kafka-1 while a batch runs
 #     in Spark, starts it again 20 s later, and waits until that batch has finished (succeeded, or
 #     failed and replayed) and kafka-1 is back in sync; stops the producer,
@@ -46,6 +52,9 @@ export DOCKER_HOST="unix://$W/docker.sock"
 export KBP_IMAGE=kbp/airflow-kafka-backpressure:test
 export KAFKA_IMAGE=kbp/apache-kafka:test
 export POSTGRES_IMAGE=kbp/postgres:test
+export REDIS_IMAGE=kbp/redis:test
+# a task whose worker vanished is failed after 60 s without a heartbeat (the stack's default: 120 s)
+export AIRFLOW_TASK_HEARTBEAT_TIMEOUT_S="${AIRFLOW_TASK_HEARTBEAT_TIMEOUT_S:-60}"
 # a smaller demo backlog and stream than users get: less to read on a busy 2-core machine
 export KBP_DEMO_BURST="${KBP_DEMO_BURST:-4000}" KBP_DEMO_RATE="${KBP_DEMO_RATE:-20}"
 BASE_IMAGE=kbp/bookworm-base:test
@@ -54,8 +63,7 @@ set -a
 # shellcheck source=hostnet.env
 source "$HERE/hostnet.env"   # the ports; compose reads the same file
 set +a
-CHECK=("$ROOT/.venv/bin/python" "$HERE/check_stack.py"
-       --postgres "postgresql://airflow:airflow@127.0.0.1:$POSTGRES_PORT/kbp"
+CHECK_ENDPOINTS=(--postgres "postgresql://airflow:airflow@127.0.0.1:$POSTGRES_PORT/kbp"
        --airflow "http://127.0.0.1:$AIRFLOW_PORT" --spark-ui "http://127.0.0.1:$SPARK_MASTER_WEBUI_PORT")
 
 T0=$(date +%s)
@@ -77,11 +85,15 @@ die() { REASON="$*"; say "ERROR: $*"; exit 1; }
 trap '[[ -n "$REASON" ]] || REASON="line $LINENO: $BASH_COMMAND"' ERR
 # check <command> ...: docker/check_stack.py, its "check FAILED" line kept as the reason
 # (its progress goes to stdout; stderr, with the failure, is shown once it ends)
-check() {
-    local err="$W/check-$1.err" rc=0
-    PATH="/usr/bin:$PATH" "${CHECK[@]}" "$@" 2> "$err" || rc=$?
+check() { run_check check_stack.py "$@"; }
+# check_workers <command> ...: the same for docker/check_workers.py (the Celery workers)
+check_workers() { run_check check_workers.py "$@"; }
+run_check() {
+    local script="$1" err="$W/check-$2.err" rc=0
+    shift
+    PATH="/usr/bin:$PATH" "$ROOT/.venv/bin/python" "$HERE/$script" "${CHECK_ENDPOINTS[@]}" "$@" 2> "$err" || rc=$?
     cat "$err" >&2
-    [[ $rc -eq 0 ]] || die "docker/check_stack.py $1: exit $rc: $(verdict "$err")"
+    [[ $rc -eq 0 ]] || die "docker/$script $1: exit $rc: $(verdict "$err")"
 }
 
 # verdict FILE: a check's output's reason: its own "check FAILED" line, else its last line (an
@@ -186,11 +198,13 @@ fi
 phase "wheelhouse (host pip)"
 # the dependencies' wheels, through the host's pip (its registry, certificates and cache); the image
 # builds the package itself from source. Skipped when pyproject.toml and constraints.txt are unchanged.
+# async-timeout: the Redis client needs it on Python < 3.11.3 (the image's Debian Python is 3.11.2),
+# which a host's newer Python does not pull in
 WANT="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
 if [[ "$(cat "$HERE/wheels/.complete" 2>/dev/null)" != "$WANT" ]]; then
     rm -f "$HERE"/wheels/*.whl
     "$PY" -m pip wheel -q --disable-pip-version-check -c constraints.txt -w "$HERE/wheels" \
-        '.[postgres]' asyncpg 'setuptools>=77' wheel > "$W/wheelhouse.log" 2>&1 \
+        '.[postgres,celery]' asyncpg async-timeout 'setuptools>=77' wheel > "$W/wheelhouse.log" 2>&1 \
         || { grep -v "is ignored" "$W/wheelhouse.log" | tail -n 20 >&2; die "pip wheel failed (log: $W/wheelhouse.log)"; }
     rm -f "$HERE"/wheels/airflow_provider_kafka_backpressure-*.whl
     echo "$WANT" > "$HERE/wheels/.complete"
@@ -205,7 +219,7 @@ docker build --network host -f "$HERE/Dockerfile" --build-arg "BASE_IMAGE=$BASE_
     --build-arg PIP_INSTALL_OPTIONS=--no-index -t "$KBP_IMAGE" . > "$W/build-kbp.log" 2>&1 \
     || { tail -n 30 "$W/build-kbp.log" >&2; die "docker build of $KBP_IMAGE failed (log: $W/build-kbp.log)"; }
 
-phase "stand-in images (Apache Kafka from Maven Central's jars, PostgreSQL)"
+phase "stand-in images (Apache Kafka from Maven Central's jars, PostgreSQL, Redis)"
 mkdir -p "$W/kafka/jars"
 cp "$HERE"/local/kafka/* "$W/kafka/"
 cp "$("$PY" -c 'from kbp_local.jars import kafka_broker_jars; print(kafka_broker_jars())')"/*.jar "$W/kafka/jars/"
@@ -213,6 +227,8 @@ docker build -q --network host --build-arg "BASE_IMAGE=$KBP_IMAGE" -t "$KAFKA_IM
     || { cat "$W/build-kafka.log" >&2; die "docker build of $KAFKA_IMAGE failed"; }
 docker build -q --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$POSTGRES_IMAGE" "$HERE/local/postgres" > "$W/build-postgres.log" 2>&1 \
     || { cat "$W/build-postgres.log" >&2; die "docker build of $POSTGRES_IMAGE failed"; }
+docker build -q --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$REDIS_IMAGE" "$HERE/local/redis" > "$W/build-redis.log" 2>&1 \
+    || { cat "$W/build-redis.log" >&2; die "docker build of $REDIS_IMAGE failed"; }
 
 if [[ -n "$STACK_AFTER" ]]; then
     phase "wait for $STACK_AFTER (the images are built)"
@@ -244,6 +260,23 @@ fi
 
 phase "2 batches, executor count changes"
 check wait-batches --min 2 --timeout "$WAIT_S"
+
+phase "2 Celery workers: batches on both, one killed mid-batch"
+check_workers wait-both --workers airflow-worker-1 airflow-worker-2 --timeout "$WAIT_S"
+check wait-in-spark --write-to "$W/in-flight" --timeout "$WAIT_S"
+BATCH="$(cat "$W/in-flight")"
+check_workers running-on --batch "$BATCH" --write-to "$W/worker"
+DEAD="$(cat "$W/worker")"
+case "$DEAD" in
+    airflow-worker-1) SURVIVOR=airflow-worker-2 ;;
+    airflow-worker-2) SURVIVOR=airflow-worker-1 ;;
+    *) die "batch $BATCH runs on $DEAD, not on one of the two workers" ;;
+esac
+KILLED_AT=$(date +%s)
+docker kill --signal KILL "${PROJECT}_${DEAD}_1" > /dev/null
+docker rm -f "${PROJECT}_${DEAD}_1" > /dev/null
+say "$DEAD killed (SIGKILL) and removed while its ingest task ran batch $BATCH in Spark; $SURVIVOR is left"
+check_workers recovered --batch "$BATCH" --dead "$DEAD" --survivor "$SURVIVOR" --since "$KILLED_AT" --timeout "$WAIT_S"
 
 phase "kafka-1 killed mid-batch and restarted"
 # the cluster as the pipeline sees it: its topic and the group offsets' topic on 3 replicas, in sync
@@ -285,8 +318,8 @@ for _ in $(seq 150); do
 done
 [[ "$(docker inspect -f '{{.State.Health.Status}}' "$CONNECT")" == healthy ]] \
     || die "$CONNECT is not healthy after 300 s (its TLS proxy or the Connect server does not listen)"
-# from the scheduler, where the connect engine's sessions start: its connection, its CA setting
-docker exec -i "${PROJECT}_airflow-scheduler_1" timeout 600 python - connect-auth \
+# from a worker, where the connect engine's sessions start: its connection, its CA setting
+docker exec -i "${PROJECT}_${SURVIVOR}_1" timeout 600 python - connect-auth \
     < "$HERE/check_stack.py" > "$W/connect-auth.log" 2>&1 \
     || { tail -n 30 "$W/connect-auth.log" >&2; die "Spark Connect check failed: $(verdict "$W/connect-auth.log")"; }
 grep "^check:" "$W/connect-auth.log" >&2
