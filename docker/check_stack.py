@@ -532,6 +532,36 @@ def connect_auth(args: argparse.Namespace) -> None:
         raise CheckFailed(f"{clean(type(e).__name__ + ': ' + str(e))[:500]}") from None
 
 
+#: every process's /proc/<pid>/<file> (cmdline, environ) in a container, one line each
+PROC_SCRIPT = 'for p in /proc/[0-9]*; do tr "\\0" " " < "$p/{}" 2> /dev/null; echo; done'
+
+
+def docker(*argv: str) -> bytes:
+    """The docker command's output (a container's log: both streams)."""
+    done = subprocess.run(["docker", *argv], capture_output=True, check=False)
+    if done.returncode != 0 and argv[0] != "exec":
+        raise CheckFailed(f"docker {argv[0]} failed: {done.stderr.decode(errors='replace')[-300:]}")
+    return done.stdout + done.stderr if argv[0] == "logs" else done.stdout
+
+
+def stack_containers(project: str) -> list[str]:
+    """The names of the compose project's containers, running or not."""
+    names = docker(
+        "ps", "-a", "--filter", f"label=com.docker.compose.project={project}", "--format", "{{.Names}}"
+    )
+    return [n.decode() for n in names.split()]
+
+
+def in_logs_and_files(secret: bytes, containers: list[str], files: list[str]) -> list[str]:
+    """Where ``secret`` is among the containers' logs and the files."""
+    found = [f"the log of {name}" for name in containers if secret in docker("logs", name)]
+    for path in files:
+        with open(path, "rb") as f:
+            if secret in f.read():
+                found.append(path)
+    return found
+
+
 def connect_exposure(args: argparse.Namespace) -> None:
     """The Connect server's token reached the server in its environment, and is nowhere else: not on
     a command line in its container, not in the container's configuration, not in the server's UI
@@ -543,22 +573,13 @@ def connect_exposure(args: argparse.Namespace) -> None:
     if len(token) < 20:
         raise CheckFailed(f"{args.token_file}: not a token ({len(token)} characters)")
     secret = token.encode()
-
-    def docker(*argv: str) -> bytes:
-        """The command's output (a container's log: both streams)."""
-        done = subprocess.run(["docker", *argv], capture_output=True, check=False)
-        if done.returncode != 0 and argv[0] != "exec":
-            raise CheckFailed(f"docker {argv[0]} failed: {done.stderr.decode(errors='replace')[-300:]}")
-        return done.stdout + done.stderr if argv[0] == "logs" else done.stdout
-
     found: list[str] = []
-    script = 'for p in /proc/[0-9]*; do tr "\\0" " " < "$p/{}" 2> /dev/null; echo; done'
-    lines = docker("exec", args.container, "sh", "-c", script.format("cmdline")).splitlines()
+    lines = docker("exec", args.container, "sh", "-c", PROC_SCRIPT.format("cmdline")).splitlines()
     if not any(b"SparkConnectServer" in line for line in lines):
         raise CheckFailed(f"no Spark Connect server among the processes of {args.container}")
     if any(secret in line for line in lines):
         found.append(f"a command line in {args.container}")
-    if secret not in docker("exec", args.container, "sh", "-c", script.format("environ")):
+    if secret not in docker("exec", args.container, "sh", "-c", PROC_SCRIPT.format("environ")):
         raise CheckFailed(
             f"the token is in no process environment in {args.container}: how does the server get it?"
         )
@@ -576,16 +597,8 @@ def connect_exposure(args: argparse.Namespace) -> None:
         if secret in r.content:
             found.append(page)
 
-    containers = docker(
-        "ps", "-a", "--filter", f"label=com.docker.compose.project={args.project}", "--format", "{{.Names}}"
-    ).split()
-    for name in containers:
-        if secret in docker("logs", name.decode()):
-            found.append(f"the log of {name.decode()}")
-    for path in args.files:
-        with open(path, "rb") as f:
-            if secret in f.read():
-                found.append(path)
+    containers = stack_containers(args.project)
+    found += in_logs_and_files(secret, containers, args.files)
     if found:
         raise CheckFailed(f"the Connect server's token is in: {', '.join(found)}")
     log(

@@ -25,11 +25,13 @@
 #     after >= 3 batches with records, then checks (docker/check_stack.py) that
 #     every produced record is in the sink exactly once and that the executors per batch moved
 #     with the target — in the ledger, on the monitoring page and in the worker containers;
-#     checks the Spark Connect server from the scheduler through the spark_connect_default
+#     checks the Spark Connect server from the surviving worker through the spark_connect_default
 #     connection: TLS with a certificate for spark-connect from the stack's CA, a client without
 #     the token or with a wrong one refused (UNAUTHENTICATED), one with it running a query; and that
 #     the token is in the server's environment only (no command line, no UI page, no container log,
-#     none of this test's output);
+#     none of this test's output); that Redis refuses a client without its password, and that the
+#     password is in the secrets volume only (no command line, container configuration or log, no
+#     task log, none of this test's output);
 #  6. tears everything down, also on failure: containers, volumes, images, the engine, its mounts
 #     and its state.
 #
@@ -327,3 +329,9 @@ grep "^check:" "$W/connect-auth.log" >&2
 check connect-exposure --project "$PROJECT" --container "$CONNECT" \
     --token-file "$(docker volume inspect "${PROJECT}_spark-connect-secrets" --format '{{.Mountpoint}}')/token" \
     --connect-ui "http://127.0.0.1:$SPARK_CONNECT_UI_PORT" --files "$W"/*.log "$W"/*.err
+
+phase "Redis: its password required, and kept secret"
+# the password (read from its volume here, never printed) is in the secrets volume's files only
+check_workers broker-secret --project "$PROJECT" --redis-port "$REDIS_PORT" \
+    --password-file "$(docker volume inspect "${PROJECT}_airflow-secrets" --format '{{.Mountpoint}}')/redis_password" \
+    --dirs "$(docker volume inspect "${PROJECT}_airflow-logs" --format '{{.Mountpoint}}')" --files "$W"/*.log "$W"/*.err
