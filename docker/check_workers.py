@@ -11,8 +11,8 @@ until every named worker has run at least one (the task instance's ``hostname`` 
 name: ``KBP_HOSTNAME``, kbp_local/hostname.py). ``running-on``: the worker whose ingest task runs
 batch N now (N from ``check_stack.py wait-in-spark``), written to FILE. ``recovered``: after that
 worker's container was killed (SIGKILL) and removed at EPOCH, batch N finishes (the replay DAG
-takes it once its ledger lease has expired), every task the pipeline ran since EPOCH ran on the
-survivor, and the killed worker's ingest task ended failed (the scheduler's heartbeat timeout)
+takes it once its ledger lease has expired), every ingest and replay task the pipeline ran since
+EPOCH ran on the survivor, and the killed worker's ingest task ended failed (the scheduler's heartbeat timeout)
 without a batch being written twice (that is the final ``check_stack.py verify``).
 ``broker-secret``: Redis refuses a client without its password and answers one with it, and the
 password (read from the airflow-secrets volume, never printed) is nowhere else: on no command line
@@ -56,7 +56,8 @@ def ledger_runs(args: argparse.Namespace) -> dict[int, dict]:
 
 
 def task_instances(args: argparse.Namespace, session, dag_id: str, task_id: str) -> list[dict]:
-    """Every try's task instance of ``dag_id``.``task_id`` (the newest 100 runs' current tries)."""
+    """The task instances of ``dag_id``.``task_id`` over its runs, each run's latest try (up to 100
+    runs: a test's stack runs fewer)."""
     body = cs.airflow_get(
         args, session, f"/api/v2/dags/{dag_id}/dagRuns/~/taskInstances?task_id={task_id}&limit=100"
     ).json()
@@ -120,8 +121,8 @@ def running_on(args: argparse.Namespace) -> None:
 
 
 def recovered(args: argparse.Namespace) -> None:
-    """Batch --batch finished after --dead was killed at --since; the pipeline's tasks since then
-    ran on --survivor; the killed ingest task ended failed."""
+    """Batch --batch finished after --dead was killed at --since; the pipeline's ingest and replay
+    tasks since then ran on --survivor; the killed ingest task ended failed."""
     cs.wait_finished(args)
     s = cs.airflow_session(args)
     run_id = ledger_runs(args)[args.batch]["run_id"]

@@ -7,7 +7,7 @@
 #  1. installs docker.io, docker-compose (v1) and debootstrap with apt, when missing;
 #  2. starts its own Docker engine (no bridge, no iptables; state, socket and logs under .tmp/);
 #  3. builds a Debian bookworm base image with debootstrap, a wheelhouse from the host's pip, the
-#     stack's image on that base, and stand-ins for the two images that cannot be pulled here:
+#     stack's image on that base, and stand-ins for the three images that cannot be pulled here:
 #     Kafka (Apache Kafka from Maven Central's jars, on the stack's image), PostgreSQL and Redis
 #     (Debian's);
 #  4. brings up docker/compose.yaml with docker/compose.hostnet.yaml (host networking, ports from
