@@ -608,14 +608,9 @@ def connect_exposure(args: argparse.Namespace) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_endpoints(p: argparse.ArgumentParser) -> None:
+    """The stack's endpoints as options (defaults: this machine's hostnet.env) and the admin's password."""
     p.add_argument("--postgres", default="postgresql://airflow:airflow@127.0.0.1:27432/kbp")
-    p.add_argument(
-        "--kafka", default="127.0.0.1:27092", help="bootstrap servers, unless --properties-file has them"
-    )
-    p.add_argument("--properties-file", default=None, help="Kafka client properties (JSON, librdkafka-style)")
-    p.add_argument("--reader", default="native", help="the reader every batch with records must have used")
     p.add_argument("--airflow", default="http://127.0.0.1:27880")
     p.add_argument("--spark-ui", default="http://127.0.0.1:27080")
     p.add_argument(
@@ -623,6 +618,16 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("AIRFLOW_ADMIN_PASSWORD", ""),
         help="the Airflow admin's password (default: env AIRFLOW_ADMIN_PASSWORD)",
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_endpoints(p)
+    p.add_argument(
+        "--kafka", default="127.0.0.1:27092", help="bootstrap servers, unless --properties-file has them"
+    )
+    p.add_argument("--properties-file", default=None, help="Kafka client properties (JSON, librdkafka-style)")
+    p.add_argument("--reader", default="native", help="the reader every batch with records must have used")
     sub = p.add_subparsers(dest="command", required=True)
     w = sub.add_parser("wait-batches")
     w.add_argument("--min", type=int, default=3)

@@ -208,10 +208,7 @@ def broker_secret(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--postgres", default="postgresql://airflow:airflow@127.0.0.1:27432/kbp")
-    p.add_argument("--airflow", default="http://127.0.0.1:27880")
-    p.add_argument("--spark-ui", default="http://127.0.0.1:27080")
-    p.add_argument("--password", default=os.environ.get("AIRFLOW_ADMIN_PASSWORD", ""))
+    cs.add_endpoints(p)
     sub = p.add_subparsers(dest="command", required=True)
     w = sub.add_parser("wait-both")
     w.add_argument("--workers", nargs="+", required=True, help="the workers' names (their KBP_HOSTNAME)")
