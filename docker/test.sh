@@ -11,7 +11,8 @@
 #     Kafka (Apache Kafka from Maven Central's jars, on the stack's image), PostgreSQL and Redis
 #     (Debian's);
 #  4. brings up docker/compose.yaml with docker/compose.hostnet.yaml (host networking, ports from
-#     docker/hostnet.env) and 2 Spark workers, and checks that no network was created;
+#     docker/hostnet.env) and docker/compose.test.yaml (the suite's JVM flags: C1, serial GC) and 2
+#     Spark workers, and checks that no network was created;
 #  5. waits for 2 batches of the demo pipeline with a change of executor count; waits until batches
 #     with records have run on both Celery workers (airflow-worker-1, airflow-worker-2: their task
 #     instances' hostnames, docker/check_workers.py), SIGKILLs and removes the container of the worker
@@ -124,7 +125,7 @@ in_stack() {
 docker() { /usr/bin/docker "$@"; }
 compose() {
     docker-compose -p "$PROJECT" --env-file "$HERE/hostnet.env" \
-        -f "$HERE/compose.yaml" -f "$HERE/compose.hostnet.yaml" "$@"
+        -f "$HERE/compose.yaml" -f "$HERE/compose.hostnet.yaml" -f "$HERE/compose.test.yaml" "$@"
 }
 
 DOCKERD_PID=""
