@@ -18,7 +18,12 @@ import pytest
 
 from tests.local_servers import served
 
-pytest_plugins = ["tests.fixtures_spark", "tests.fixtures_postgres", "tests.fixtures_registry", "tests.cpu_account"]
+pytest_plugins = [
+    "tests.fixtures_spark",
+    "tests.fixtures_postgres",
+    "tests.fixtures_registry",
+    "tests.cpu_account",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 TMP_ROOT = REPO / ".tmp"
