@@ -40,6 +40,9 @@ if _LOG:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
+        if item.config.getoption("setupplan", False) or item.config.getoption("setuponly", False):
+            yield  # nothing runs (.ci/checks.sh's --setup-plan): no line
+            return
         wall, cpu = time.monotonic(), tree_cpu_seconds()
         yield
         line = f"{item.nodeid}\t{time.monotonic() - wall:.1f}\t{tree_cpu_seconds() - cpu:.1f}\n"
