@@ -9,7 +9,8 @@
 # The whole suite runs as three pytest processes side by side (shards, below): one pytest alone kept
 # a 2-core machine 54% busy on average (measured over the whole suite on 2026-11-26: it waits on
 # batch intervals, timeouts, the scheduler and JVM start-ups), and two still left it 38% idle over
-# minutes in a fast hour (2026-12-01, /proc/stat over the suite's last third), so three overlap.
+# minutes in a fast hour (2026-12-01, /proc/stat over the suite's last third), so three overlap (in
+# the machine's slow hours the suite is bound by CPU and the third about even: docs/benchmarks.md).
 # They share nothing but the PostgreSQL server (a schema per test): every server, Airflow home and
 # temporary folder is per process. KBP_TEST_SHARDS=1 runs the whole suite in one pytest.
 set -euo pipefail
