@@ -44,8 +44,11 @@ fi
 #   arrow_batch_stop), the Delta and typed-records pipelines, the cost mode settling on batches
 #   that sleep per record, the secured-Kafka pipeline (1,964 s);
 # - the foreground: the unit tests and every other integration test (1,977 s).
+# The three-shard rehearsal of 2026-12-01 17:32 (a slow hour) ended them after 45:50, 49:22 and
+# 53:47 (the tests' walls 2,748 s, 3,186 s and 3,302 s): four foreground modules that need no Spark
+# Connect server (the first shard starts none) went to the first, 268 s of their walls there.
 SHARDS=(
-    "tests/faults tests/integration/test_standalone_executors.py tests/integration/test_controller_operators.py tests/integration/test_delta_s3_commit_race.py tests/integration/test_iceberg_maintenance.py"
+    "tests/faults tests/integration/test_standalone_executors.py tests/integration/test_controller_operators.py tests/integration/test_delta_s3_commit_race.py tests/integration/test_iceberg_maintenance.py tests/integration/test_fence_cleanup_remote.py tests/integration/test_connection_types.py tests/integration/test_broker_bounds.py tests/integration/test_local_cli.py"
     "tests/integration/test_batch_stop.py tests/integration/test_arrow_batch_stop.py tests/integration/test_delta_pipeline.py tests/integration/test_typed_records_e2e.py tests/integration/test_controller_e2e.py tests/integration/test_secured_kafka.py"
 )
 # the foreground names its folders: pytest's --ignore does not drop a folder that pyproject's
