@@ -52,37 +52,44 @@ def engine_setup(request, make_pipeline, tmp_path, monkeypatch):
     return engine, server, make_pipeline, flag
 
 
-def descendants() -> dict[int, psutil.Process]:
-    out = {}
-    for p in psutil.Process().children(recursive=True):
-        out[p.pid] = p
+def descendants(exclude_under: int | None = None) -> dict[int, psutil.Process]:
+    """This process's descendants, less ``exclude_under`` and everything under it, from one walk
+    of the process table: whether a process is under the excluded one is read from the same
+    snapshot that finds it. (Asking a process for its parents afterwards raced: a Python worker
+    that the Connect server's daemon forked as Spark replaced that daemon lost its parent in
+    between, so it had no ancestors by then and was counted as the batch's; the CI rehearsal of
+    2026-12-01 21:16 failed on such an orphan.)"""
+    children: dict[int, list[psutil.Process]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        ppid = proc.info["ppid"]
+        if ppid is not None:
+            children.setdefault(ppid, []).append(proc)
+    out: dict[int, psutil.Process] = {}
+    stack = [os.getpid()]
+    while stack:
+        for proc in children.get(stack.pop(), []):
+            if proc.pid != exclude_under and proc.pid not in out:
+                out[proc.pid] = proc
+                stack.append(proc.pid)
     return out
 
 
 class ProcessWatch:
     """Samples this process's descendants while a batch runs: those that were not there before are
-    the batch's (spark-submit, its JVM, the Python workers it forks)."""
+    the batch's (spark-submit, its JVM, the Python workers it forks). ``exclude_under``: a process
+    whose descendants are not the batch's (the Connect server: its Python workers are the server's)."""
 
     def __init__(self, exclude_under: int | None = None) -> None:
-        self.before = set(descendants())
         self.exclude_under = exclude_under
+        self.before = set(descendants(exclude_under))
         self.seen: dict[int, psutil.Process] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _excluded(self, proc: psutil.Process) -> bool:
-        """Under the excluded process (the Connect server: its Python workers are the server's)."""
-        if self.exclude_under is None:
-            return False
-        try:
-            return any(a.pid == self.exclude_under for a in proc.parents())
-        except psutil.Error:
-            return True  # gone already: nothing to check
-
     def _loop(self) -> None:
         while not self._stop.is_set():
-            for pid, proc in descendants().items():
-                if pid not in self.before and pid not in self.seen and not self._excluded(proc):
+            for pid, proc in descendants(self.exclude_under).items():
+                if pid not in self.before and pid not in self.seen:
                     self.seen[pid] = proc
             self._stop.wait(0.2)
 
