@@ -37,6 +37,17 @@ from check_stack import CheckFailed, log
 
 INGEST_DAG = f"kbp_ingest_{cs.PIPELINE}"
 REPLAY_DAG = f"kbp_replay_{cs.PIPELINE}"
+# task instance states on the way to an end (Airflow's State.unfinished, without importing Airflow)
+UNFINISHED = (
+    "scheduled",
+    "queued",
+    "running",
+    "up_for_retry",
+    "up_for_reschedule",
+    "deferred",
+    "restarting",
+    None,
+)
 
 
 def ledger_runs(args: argparse.Namespace) -> dict[int, dict]:
@@ -141,13 +152,24 @@ def recovered(args: argparse.Namespace) -> None:
             f"expected failed on the killed {args.dead}"
         )
     log(f"the killed worker's ingest task of batch {args.batch} ended failed (no heartbeat from {args.dead})")
-    later = [
-        (dag, ti)
-        for dag, task in ((INGEST_DAG, "ingest"), (REPLAY_DAG, "replay"))
-        for ti in task_instances(args, s, dag, task)
-        if ti["state"] == "success" and _since(ti, args.since)
-    ]
-    replays = [ti for dag, ti in later if dag == REPLAY_DAG]
+    # the replay task marks the batch replayed in the ledger before Airflow marks the task a success:
+    # until a replay task started since the kill has succeeded, one still running is waited for
+    # (the rehearsal of 2026-12-01 21:57 read the task instances in between and failed)
+    while True:
+        since = [
+            (dag, ti)
+            for dag, task in ((INGEST_DAG, "ingest"), (REPLAY_DAG, "replay"))
+            for ti in task_instances(args, s, dag, task)
+            if _since(ti, args.since)
+        ]
+        later = [(dag, ti) for dag, ti in since if ti["state"] == "success"]
+        replays = [ti for dag, ti in later if dag == REPLAY_DAG]
+        pending = [ti for dag, ti in since if dag == REPLAY_DAG and ti["state"] in UNFINISHED]
+        if replays or not pending:
+            break
+        if time.monotonic() > deadline:
+            raise CheckFailed(f"the replay task(s) since the kill did not end: {pending}")
+        time.sleep(2)
     if not replays:
         raise CheckFailed(
             f"no replay task succeeded after {args.dead} was killed, yet batch {args.batch} finished"
