@@ -163,8 +163,8 @@ for file in "$ROOT"/constraints/spark-*.txt; do
     t=$(date +%s)
     # it starts from the first venv's packages less the provider, pyspark and pyspark-client (the
     # constraints files differ only in those two), so pip resolves the whole set against this
-    # minor's constraints but unpacks only what differs: a fresh install of all 144 took 2 to 10
-    # CPU-minutes on this machine, beside the suite
+    # minor's constraints but unpacks only what differs: a fresh install of all 144 took about a
+    # minute on the idle machine and 6 to 10 minutes beside the suite (2026-12-01)
     cp -a "$WORK/venv/lib/." "$WORK/venv-$minor/lib/"
     run "pip uninstall of the provider, pyspark and pyspark-client in the $minor venv" "pip-uninstall-$minor.log" \
         env PIP_DISABLE_PIP_VERSION_CHECK=1 "$MPY" -m pip uninstall -y "$DIST" pyspark pyspark-client
