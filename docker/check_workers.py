@@ -140,7 +140,7 @@ def recovered(args: argparse.Namespace) -> None:
     deadline = time.monotonic() + args.timeout
     while True:
         killed = [ti for ti in task_instances(args, s, INGEST_DAG, "ingest") if ti["dag_run_id"] == run_id]
-        if killed and killed[0]["state"] not in ("running", "queued", "scheduled"):
+        if killed and killed[0]["state"] not in UNFINISHED:
             break
         if time.monotonic() > deadline:
             raise CheckFailed(f"batch {args.batch}'s killed ingest task did not end: {killed}")
