@@ -87,7 +87,13 @@ class _RefusedLogins(logging.Handler):
 
 def new_client(cls: Callable[..., T], *args: Any, **config: Any) -> T:
     """``cls(*args, **config)`` — a kafka-python ``KafkaConsumer``, ``KafkaProducer`` or
-    ``KafkaAdminClient`` — whose network client is closed if the constructor raises."""
+    ``KafkaAdminClient`` — whose network client is closed if the constructor raises.
+
+    kafka-python 3.0 builds its cluster metadata without the client's ``allow_auto_create_topics``
+    (3.0.12: every Metadata request allows auto-creation), so a consumer asking the offsets of a
+    topic deleted meanwhile made a broker with ``auto.create.topics.enable`` (Kafka's default)
+    create it again, with the broker's default partition count. The setting is handed to the
+    metadata here."""
     try:
         from kafka.net.compat import KafkaNetClient
     except ImportError:  # kafka-python 2: no background network thread to leak
@@ -97,6 +103,9 @@ def new_client(cls: Callable[..., T], *args: Any, **config: Any) -> T:
     def network_client(**kw: Any) -> Any:
         client = KafkaNetClient(**kw)
         started.append(client)
+        metadata_config = getattr(getattr(getattr(client, "_manager", None), "cluster", None), "config", None)
+        if "allow_auto_create_topics" in kw and isinstance(metadata_config, dict):
+            metadata_config["allow_auto_create_topics"] = bool(kw["allow_auto_create_topics"])
         return client
 
     watched = logging.getLogger("kafka.net")

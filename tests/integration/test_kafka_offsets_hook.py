@@ -112,6 +112,19 @@ def test_offsets_of_a_deleted_topic_say_the_topic_is_gone_not_the_broker(
             assert isinstance(error, TopicNotFoundError), repr(error)
             assert re.search(rf"{topic_name}.*no longer exist", str(error)), str(error)
             assert "down, frozen or unreachable" not in str(error)
+    # Asking must not create the topic again (CI, 2026-12-02: kafka-python 3.0's metadata requests
+    # allowed auto-creation whatever the consumer said, and the broker, as Kafka's default has it,
+    # created the topic again with one partition: the next query found partition 1 missing from a
+    # topic that existed). A fresh client, as a new task or a client discarded after a timeout has,
+    # asks the topic's metadata anew: the error names the topic, and the topic stays deleted.
+    with _hook(conn_id, timeout_s=5.0).get_conn() as kafka:
+        error = _error_of(kafka.latest_offsets, tps)
+    assert isinstance(error, TopicNotFoundError), repr(error)
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    try:
+        assert topic_name not in admin.list_topics(), "asking the offsets of a deleted topic created it again"
+    finally:
+        admin.close()
 
 
 def _error_of(query, tps) -> Exception | None:
