@@ -52,5 +52,9 @@ fi
 site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 [[ "$(cat "$site/kbp-local.pth" 2>/dev/null)" == "$ROOT" ]] || echo "$ROOT" > "$site/kbp-local.pth"
 
+# pyspark's python/lib archives, which Spark puts first on every Python process's path, with
+# bytecode: each driver and Python worker compiled them again otherwise (kbp_local/pyspark_bytecode.py)
+.venv/bin/python -m kbp_local.pyspark_bytecode >/dev/null
+
 # Kafka's broker, Spark's connector, hadoop-aws and Delta, fetched once (a second run finds them in the cache)
 .venv/bin/python -c 'from kbp_local import jars; jars.kafka_broker_jars(); jars.spark_kafka_jars(); jars.hadoop_aws_jars(); jars.delta_jars()' >&2

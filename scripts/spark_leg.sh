@@ -53,6 +53,7 @@ if [[ "$(cat "$overlay/.release" 2>/dev/null)" != "$release" ]]; then
         "pyspark==$release" "pyspark-client==$release" >&2
     echo "$release" > "$overlay/.release"
 fi
+.venv/bin/python -m kbp_local.pyspark_bytecode "$overlay/pyspark" >&2
 export PYTHONPATH="$overlay${PYTHONPATH:+:$PYTHONPATH}"
 got="$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')"
 [[ "$got" == "$release" ]] || { echo "spark_leg: pyspark $got on the path, not $release" >&2; exit 1; }
