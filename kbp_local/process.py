@@ -10,24 +10,44 @@ A server says what it is (:attr:`LocalServer.what`, :attr:`LocalServer.address`)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["LocalServer", "free_port", "port_open", "stop_session"]
+__all__ = ["LocalServer", "free_port", "free_ports", "port_open", "stop_session"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port of ``host`` that nothing listens on now (see :func:`free_ports` for several)."""
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1", *, besides: Iterable[int] = ()) -> list[int]:
+    """``count`` distinct ports of ``host`` that nothing listens on now, none of ``besides``.
+
+    Each socket stays bound until all are chosen: the kernel hands a port out again as soon as its
+    socket is closed, and two :func:`free_port` calls in a row once returned the same port under
+    load (a SeaweedFS server's master gRPC and filer ports, 2026-12-02: the filer could not bind)."""
+    taken = set(besides)
+    with contextlib.ExitStack() as held:
+        ports: list[int] = []
+        while len(ports) < count:
+            s = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+            if port not in taken:
+                taken.add(port)
+                ports.append(port)
+        return ports
 
 
 def stop_session(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:

@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from kbp_local.process import LocalServer, free_port, port_open
+from kbp_local.process import LocalServer, free_ports, port_open
 
 #: Region in the clients' request signatures (SeaweedFS serves any; clients need one to sign).
 REGION = "us-east-1"
@@ -92,24 +92,23 @@ class S3Server(LocalServer):
         secret_key: str | None = None,
     ) -> None:
         self.host = host
-        self.port = port or free_port(host)
+        names = (
+            "s3.port.grpc",
+            "master.port",
+            "master.port.grpc",
+            "volume.port",
+            "volume.port.grpc",
+            "filer.port",
+            "filer.port.grpc",
+        )
+        chosen = free_ports(len(names) + (0 if port else 1), host, besides=[port] if port else [])
+        self.port = port or chosen.pop()
         self.work_dir = Path(work_dir).resolve()
         self.access_key = access_key or "kbp" + secrets.token_hex(8)
         self.secret_key = secret_key or secrets.token_urlsafe(30)
         self.region = REGION
         # every other port SeaweedFS listens on, chosen here (its defaults are fixed numbers)
-        self.ports = {
-            name: free_port(host)
-            for name in (
-                "s3.port.grpc",
-                "master.port",
-                "master.port.grpc",
-                "volume.port",
-                "volume.port.grpc",
-                "filer.port",
-                "filer.port.grpc",
-            )
-        }
+        self.ports = dict(zip(names, chosen, strict=True))
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
