@@ -40,7 +40,7 @@
 # .tmp/docker-images for the next run (faster, for developers); KBP_DOCKER_TIMEOUT_S [900] bounds
 # each wait for the pipeline; KBP_DOCKER_STACK_AFTER=FILE builds everything, then waits until FILE
 # exists before it brings the stack up (.ci/run builds the images while the test suite runs and
-# starts the stack once two of the suite's three shards have ended).
+# starts the stack once the suite has ended, so the stack and the suite never share the 2 cores).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

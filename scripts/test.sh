@@ -13,8 +13,6 @@
 # the machine's slow hours the suite is bound by CPU and the third about even: docs/benchmarks.md).
 # They share nothing but the PostgreSQL server (a schema per test): every server, Airflow home and
 # temporary folder is per process. KBP_TEST_SHARDS=1 runs the whole suite in one pytest.
-# KBP_TEST_SHARD_ENDS=FILE: the number of shards that have ended is written to FILE (every 5 s, and
-# replaced whole), so that .ci/run can start its next parts in the suite's tail.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -73,30 +71,12 @@ for i in "${!SHARDS[@]}"; do
     "${PYTEST[@]}" ${SHARDS[$i]} > "${LOGS[$i]}" 2>&1 &
     PIDS+=($!)
 done
-FG_DONE="$ROOT/.tmp/test-foreground-done.$$"
-WATCH=()
-if [[ -n "${KBP_TEST_SHARD_ENDS:-}" ]]; then
-    (
-        # a shard has ended once its process is gone or a zombie (this shell reaps it later)
-        ended() { [[ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null || echo X)" =~ ^[XZ]$ ]]; }
-        while :; do
-            n=0
-            for pid in "${PIDS[@]}"; do if ended "$pid"; then n=$((n + 1)); fi; done
-            if [[ -e "$FG_DONE" ]]; then n=$((n + 1)); fi
-            echo "$n" > "$KBP_TEST_SHARD_ENDS.new" && mv -f "$KBP_TEST_SHARD_ENDS.new" "$KBP_TEST_SHARD_ENDS"
-            if [[ $n -gt ${#PIDS[@]} ]]; then exit 0; fi
-            sleep 5
-        done
-    ) &
-    WATCH=($!)
-fi
 # an interrupted run stops the background shards too (SIGTERM, since a background job ignores
 # SIGINT: the fault rig turns it into an interrupt and stops Airflow, the broker and PostgreSQL it
 # started)
-trap 'kill -TERM "${PIDS[@]}" "${WATCH[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; rm -f "$FG_DONE"; '"$stop_postgres" EXIT
+trap 'kill -TERM "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; '"$stop_postgres" EXIT
 rest=0
 "${PYTEST[@]}" "${FOREGROUND[@]}" || rest=$?
-touch "$FG_DONE"
 echo "test.sh: the foreground shard: exit $rest after $(($(date +%s) - start)) s; waiting for the background shards"
 failed=$rest
 summary="foreground shard exit $rest"
@@ -109,8 +89,6 @@ for i in "${!SHARDS[@]}"; do
     summary+="; background shard $((i + 2)) exit $rc"
     [[ $rc -eq 0 ]] || failed=$rc
 done
-wait "${WATCH[@]}" 2>/dev/null || true
-rm -f "$FG_DONE"
 trap "$stop_postgres" EXIT
 echo "test.sh: $summary; $(($(date +%s) - start)) s in all"
 [[ $failed -eq 0 ]]
