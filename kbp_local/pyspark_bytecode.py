@@ -38,11 +38,13 @@ def _tag() -> str:
 def add_bytecode(archive: Path) -> bool:
     """Add this interpreter's bytecode to ``archive``; False when it already holds it."""
     with zipfile.ZipFile(archive) as zf:
-        names = set(zf.namelist())
-        if MARKER in names and zf.read(MARKER).decode() == _tag():
+        if MARKER in zf.namelist() and zf.read(MARKER).decode() == _tag():
             return False
-        entries = [(info, zf.read(info)) for info in zf.infolist() if not info.filename.endswith(".pyc")]
-    entries = [(info, data) for info, data in entries if info.filename != MARKER]
+        entries = [
+            (info, zf.read(info))
+            for info in zf.infolist()
+            if not info.filename.endswith(".pyc") and info.filename != MARKER
+        ]
     with tempfile.TemporaryDirectory(prefix="kbp-pyc-") as scratch:
         compiled: list[tuple[str, bytes]] = []
         for info, data in entries:

@@ -30,6 +30,8 @@ from urllib.parse import quote
 
 import pytest
 
+from kbp_local.process import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 TMP_ROOT = REPO / ".tmp"
 
@@ -40,14 +42,6 @@ DATABASE = "kbp_test"
 
 class PostgresUnavailable(RuntimeError):
     pass
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def find_postgres_bin() -> Path:
@@ -200,7 +194,7 @@ class LocalPostgres:
         )
         last_error = ""
         for _ in range(5):  # a free port can be taken between probing and binding: retry
-            self.port = _free_port()
+            self.port = free_port()
             self._spawn()
             try:
                 self._wait_ready()

@@ -207,8 +207,9 @@ def _bounds(r: OffsetRange, partitions: set[int] | None, low: int | None, high: 
 def _require_partition(r: OffsetRange, partitions: set[int] | None) -> None:
     """Raise for a missing topic or partition before the consumer is assigned: assigning an
     unknown topic makes some clients ask for its metadata with auto-creation allowed (kafka-python
-    3.0 does, whatever ``allow_auto_create_topics`` says), and a broker that auto-creates topics
-    would then create it."""
+    3.0.12 does, whatever ``allow_auto_create_topics`` says, unless built by
+    :func:`~airflow_kafka_backpressure.kafka.clients.new_client`, which hands the setting over), and
+    a broker that auto-creates topics would then create it."""
     if partitions is None or r.partition not in partitions:
         raise KafkaRangeReadError(f"cannot read {r}: {_bounds(r, partitions, None, None).text}")
 

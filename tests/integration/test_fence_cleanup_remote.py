@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -33,17 +32,12 @@ import pytest
 
 from airflow_kafka_backpressure.sinks.parquet.fencing import clear_fence, fence_markers, raise_fence
 from airflow_kafka_backpressure.storage import Location
+from kbp_local.process import free_ports
 
 from .test_sink_fencing import race_clear_against_raise
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +53,7 @@ def hdfs_url() -> Iterator[str]:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     details = work / "details.json"
-    port = _free_port()
+    port, http_port = free_ports(2)  # chosen together: distinct
     cmd = [
         "java",
         "-Xmx512m",
@@ -74,7 +68,7 @@ def hdfs_url() -> Iterator[str]:
         "-nnport",
         str(port),
         "-nnhttpport",
-        str(_free_port()),
+        str(http_port),
         "-writeDetails",
         str(details),
         "-D",
