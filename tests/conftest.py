@@ -119,8 +119,9 @@ def spark_kafka_connector() -> str:
         archive = shared_spark_class_archive(TMP_ROOT, _SPARK_TEST_JVM_OPTS, conf_dir, java_home)
         if archive is not None:
             os.environ["JAVA_HOME"] = str(java_home)
-            # a JVM whose class path does not match (a spark.driver.extraClassPath goes first) runs
-            # without the archive: silently (it would say so on its stdout)
+            # a JVM whose class path does not match runs without the archive: silently (it would
+            # say so on its stdout); the java of java_home moves a spark.driver.extraClassPath,
+            # which Spark puts first, to the end, so that the Delta and S3A tests' JVMs match
             os.environ["SPARK_SUBMIT_OPTS"] = (
                 f"{_SPARK_TEST_JVM_OPTS} -XX:SharedArchiveFile={archive} -Xlog:cds*=off"
             )
