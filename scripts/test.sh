@@ -47,9 +47,12 @@ fi
 # The three-shard rehearsal of 2026-12-01 17:32 (a slow hour) ended them after 45:50, 49:22 and
 # 53:47 (the tests' walls 2,748 s, 3,186 s and 3,302 s): four foreground modules that need no Spark
 # Connect server (the first shard starts none) went to the first, 268 s of their walls there.
+# The rehearsal of 2026-12-02 08:00 ended them after 51:54, 50:43 and 47:32 (the tests' walls 3,043 s,
+# 3,033 s and 2,838 s): test_replay_reliability (117 s there) went from the foreground to the second
+# background shard.
 SHARDS=(
     "tests/faults tests/integration/test_standalone_executors.py tests/integration/test_controller_operators.py tests/integration/test_delta_s3_commit_race.py tests/integration/test_iceberg_maintenance.py tests/integration/test_fence_cleanup_remote.py tests/integration/test_connection_types.py tests/integration/test_broker_bounds.py tests/integration/test_local_cli.py"
-    "tests/integration/test_batch_stop.py tests/integration/test_arrow_batch_stop.py tests/integration/test_delta_pipeline.py tests/integration/test_typed_records_e2e.py tests/integration/test_controller_e2e.py tests/integration/test_secured_kafka.py"
+    "tests/integration/test_batch_stop.py tests/integration/test_arrow_batch_stop.py tests/integration/test_delta_pipeline.py tests/integration/test_typed_records_e2e.py tests/integration/test_controller_e2e.py tests/integration/test_secured_kafka.py tests/integration/test_replay_reliability.py"
 )
 # the foreground names its folders: pytest's --ignore does not drop a folder that pyproject's
 # testpaths names (tests/faults ran in both shards when the foreground relied on it)
