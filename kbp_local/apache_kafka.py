@@ -34,7 +34,7 @@ from pathlib import Path
 from airflow_kafka_backpressure.kafka.clients import new_client
 from kbp_local.broker import BrokerError, metadata_ok
 from kbp_local.jars import jar_paths, kafka_broker_jars
-from kbp_local.process import LocalServer, free_ports, port_open
+from kbp_local.process import LocalServer, port_open, ports_beside
 from kbp_local.tls import make_client_tls, make_server_tls
 
 #: Settings a one-node broker needs (replication factors of the internal topics must be 1) and
@@ -108,10 +108,8 @@ class KafkaBroker(LocalServer):
         secured: bool = False,
     ) -> None:
         self.host = host
-        # the listeners' ports chosen together: each distinct (kbp_local.process.free_ports)
-        given = [p for p in (port, advertised_port) if p]
-        chosen = free_ports((3 if secured else 1) + (0 if port else 1), host, besides=given)
-        self.port = port or chosen.pop()
+        # the listeners' ports chosen together: each distinct (kbp_local.process.ports_beside)
+        self.port, chosen = ports_beside(port, 3 if secured else 1, host, besides=[advertised_port])
         self.advertised_port = advertised_port or self.port
         self.controller_port = chosen.pop()
         self.secured = secured

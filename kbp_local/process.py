@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["LocalServer", "free_port", "free_ports", "port_open", "stop_session"]
+__all__ = ["LocalServer", "free_port", "free_ports", "port_open", "ports_beside", "stop_session"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -48,6 +48,16 @@ def free_ports(count: int, host: str = "127.0.0.1", *, besides: Iterable[int] = 
                 taken.add(port)
                 ports.append(port)
         return ports
+
+
+def ports_beside(
+    port: int | None, others: int, host: str = "127.0.0.1", *, besides: Iterable[int | None] = ()
+) -> tuple[int, list[int]]:
+    """A server's main ``port`` (a free one when None) and ``others`` more free ports for its other
+    listeners: all distinct, none of them ``port`` or ``besides`` (ports given for it elsewhere)."""
+    given = [p for p in (port, *besides) if p]
+    chosen = free_ports(others + (0 if port else 1), host, besides=given)
+    return (port or chosen.pop()), chosen
 
 
 def stop_session(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:

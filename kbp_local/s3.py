@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from kbp_local.process import LocalServer, free_ports, port_open
+from kbp_local.process import LocalServer, port_open, ports_beside
 
 #: Region in the clients' request signatures (SeaweedFS serves any; clients need one to sign).
 REGION = "us-east-1"
@@ -101,8 +101,7 @@ class S3Server(LocalServer):
             "filer.port",
             "filer.port.grpc",
         )
-        chosen = free_ports(len(names) + (0 if port else 1), host, besides=[port] if port else [])
-        self.port = port or chosen.pop()
+        self.port, chosen = ports_beside(port, len(names), host)
         self.work_dir = Path(work_dir).resolve()
         self.access_key = access_key or "kbp" + secrets.token_hex(8)
         self.secret_key = secret_key or secrets.token_urlsafe(30)

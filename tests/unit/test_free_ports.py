@@ -4,7 +4,7 @@ distinct and none of those already given (a SeaweedFS server was once handed one
 import socket
 
 from kbp_local.apache_kafka import KafkaBroker
-from kbp_local.process import free_ports
+from kbp_local.process import free_ports, ports_beside
 from kbp_local.s3 import S3Server
 
 
@@ -28,3 +28,11 @@ def test_a_servers_ports_are_distinct(tmp_path):
     assert len({broker.port, broker.controller_port, broker.secured_port, broker.mtls_port}) == 4
     given = KafkaBroker(tmp_path / "kafka2", port=broker.port, advertised_port=broker.controller_port)
     assert given.controller_port not in (broker.port, broker.controller_port)
+
+
+def test_a_given_port_is_kept_and_the_others_are_chosen_around_it():
+    port, advertised = free_ports(2)
+    kept, others = ports_beside(port, 3, besides=[advertised, None])
+    assert kept == port and len(set(others)) == 3 and not {port, advertised} & set(others)
+    chosen, others = ports_beside(None, 2)
+    assert len({chosen, *others}) == 3
