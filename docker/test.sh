@@ -12,7 +12,8 @@
 #     (Debian's);
 #  4. brings up docker/compose.yaml with docker/compose.hostnet.yaml (host networking, ports from
 #     docker/hostnet.env) and docker/compose.test.yaml (the suite's JVM flags: C1, serial GC) and 2
-#     Spark workers, and checks that no network was created;
+#     Spark workers, the demo pipeline of docker/pipelines.json with a 30 s lease and a replay look
+#     every 30 s (60 s each there; KBP_PIPELINES_JSON), and checks that no network was created;
 #  5. waits for 2 batches of the demo pipeline with a change of executor count; waits until batches
 #     with records have run on both Celery workers (airflow-worker-1, airflow-worker-2: their task
 #     instances' hostnames, docker/check_workers.py), SIGKILLs and removes the container of the worker
@@ -245,6 +246,16 @@ if [[ -n "$STACK_AFTER" ]]; then
 fi
 
 phase "stack up (2 Spark workers)"
+# the demo pipeline with a 30 s lease and a replay look every 30 s (docker/pipelines.json: 60 s each):
+# the batch of the worker killed below waits out both before the survivor replays it
+"$PY" - "$HERE/pipelines.json" "$W/pipelines.json" <<'EOF'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+for p in spec["pipelines"]:
+    p.update(lease_s=30, replay_interval_s=30)
+json.dump(spec, open(sys.argv[2], "w"), indent=1)
+EOF
+export KBP_PIPELINES_JSON="$W/pipelines.json"
 for p in $(sed -n 's/^[A-Z0-9_]*PORT=\([0-9]*\)$/\1/p' "$HERE/hostnet.env") 27182; do
     ! ss -Hltn "sport = :$p" | grep -q . || die "port $p on this machine is in use; the stack needs the ports of docker/hostnet.env (and 27182 for the second worker's UI)"
 done
