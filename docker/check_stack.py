@@ -7,21 +7,17 @@
     python - --properties-file client.json end-offsets < docker/check_stack.py   (inside the stack: JSON)
     python - --properties-file client.json replication < docker/check_stack.py   (inside the stack)
     python docker/check_stack.py wait-caught-up --end-offsets JSON [--min-batches 3] [--replays] [--timeout 600]
-    python docker/check_stack.py verify --sink DIR --producer-log FILE --workers NAME [NAME ...]
     python - connect-auth < docker/check_stack.py             (in an Airflow container of the stack)
-    python docker/check_stack.py connect-exposure --token-file FILE --container NAME --project NAME \
-        --connect-ui URL [--files FILE ...]
 
-It reads the ledger with plain SQL (PostgreSQL), the broker's end offsets with kafka-python, the
-sink's Parquet files with pyarrow, Airflow's REST API and the monitoring page's API with requests,
-the Spark master's JSON, and the worker containers' work directories with ``docker exec``: nothing
-of the provider's own code, so a bug there cannot hide itself. The broker advertises its service
+It reads the ledger with plain SQL (PostgreSQL), the broker's end offsets with kafka-python,
+Airflow's REST API with requests and the Spark master's JSON: nothing of the provider's own code, so
+a bug there cannot hide itself. The final check of the sink: docker/check_sink.py. The broker advertises its service
 name, which only resolves inside the stack: ``end-offsets`` runs in a container of the stack (it
 needs nothing but kafka-python), and its output is handed to ``wait-caught-up``. ``connect-auth``
 runs in an Airflow container (a Celery worker, where the connect engine's sessions start): it reads
 the ``spark_connect_default`` connection through the Spark provider's hook and talks to the Connect
-server with pyspark's client, through the container's GRPC_DEFAULT_SSL_ROOTS_FILE_PATH.
-``connect-exposure`` looks for the server's token where it must not be. Neither prints the token.
+server with pyspark's client, through the container's GRPC_DEFAULT_SSL_ROOTS_FILE_PATH; it never
+prints the token. Where the token and Redis's password must not be: docker/check_secrets.py.
 
 Endpoints (defaults: this machine's hostnet.env): --postgres, --airflow, --spark-ui; Kafka:
 --properties-file, a JSON file of librdkafka-style client properties (the stack's kafka-users writes
@@ -32,19 +28,16 @@ Exit status 0 when the check holds; otherwise 1 with a message saying what was w
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import re
-import subprocess
 import sys
 import time
-from collections import Counter
+from typing import Any
 
 PIPELINE = "demo"
 TOPIC = "demo-events"
 DONE = ("succeeded", "replayed")
-PRODUCED = re.compile(r"produced (\d+) records to (\S+) \(ids (\d+)\.\.(-?\d+)\)")
 
 
 class CheckFailed(Exception):
@@ -261,75 +254,6 @@ def wait_caught_up(args: argparse.Namespace) -> None:
         time.sleep(5)
 
 
-def produced_ids(path: str) -> list[int]:
-    ids: list[int] = []
-    for n, topic, first, last in PRODUCED.findall(open(path).read()):
-        if topic == TOPIC:
-            if int(last) - int(first) + 1 != int(n):
-                raise CheckFailed(f"producer report is inconsistent: {n} records, ids {first}..{last}")
-            ids.extend(range(int(first), int(last) + 1))
-    if not ids:
-        raise CheckFailed(f"no 'produced N records' line in {path}: did the producer stop cleanly?")
-    return ids
-
-
-def read_sink(sink: str) -> tuple[list[int], list[tuple[int, int]], Counter]:
-    """ids, (partition, offset) pairs and records per batch of every Parquet file in the sink."""
-    import pyarrow.parquet as pq
-
-    ids: list[int] = []
-    positions: list[tuple[int, int]] = []
-    per_batch: Counter = Counter()
-    files = sorted(glob.glob(os.path.join(sink, "batch_id=*", "*.parquet")))
-    if not files:
-        raise CheckFailed(f"no Parquet file under {sink}/batch_id=*/")
-    for f in files:
-        t = pq.read_table(f, columns=["value", "partition", "offset"])
-        batch_id = int(os.path.basename(os.path.dirname(f)).split("=", 1)[1])
-        per_batch[batch_id] += t.num_rows
-        ids.extend(json.loads(v)["id"] for v in t.column("value").to_pylist())
-        positions.extend(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist()))
-    return ids, positions, per_batch
-
-
-def check_exactly_once(args: argparse.Namespace, rows: list[dict]) -> None:
-    sent = produced_ids(args.producer_log)
-    ids, positions, per_batch = read_sink(args.sink)
-    dup_ids = [i for i, c in Counter(ids).items() if c > 1]
-    dup_pos = [p for p, c in Counter(positions).items() if c > 1]
-    missing = sorted(set(sent) - set(ids))
-    extra = sorted(set(ids) - set(sent))
-    if dup_ids or dup_pos or missing or extra or len(ids) != len(sent):
-        raise CheckFailed(
-            f"sink vs producer: {len(ids)} records read, {len(sent)} sent; duplicated ids {dup_ids[:10]}, "
-            f"duplicated positions {dup_pos[:10]}, missing ids {missing[:10]} ({len(missing)}), "
-            f"unexpected ids {extra[:10]} ({len(extra)})"
-        )
-    ledger = {b["batch_id"]: b["records"] or 0 for b in rows if b["status"] in DONE}
-    wrong = {b: (per_batch.get(b, 0), n) for b, n in ledger.items() if per_batch.get(b, 0) != n}
-    if wrong:
-        raise CheckFailed(f"records per batch, sink vs ledger: {wrong}")
-    log(
-        f"exactly once: all {len(sent)} produced records are in the sink once, in {len(per_batch)} batch directories"
-    )
-
-
-def check_reader(args: argparse.Namespace) -> None:
-    """Every batch with records was read by ``args.reader`` (the image carries Spark's Kafka
-    connector, so the demo pipeline's ``reader: auto`` is Spark's ``format("kafka")``)."""
-    readers: Counter = Counter()
-    for path in glob.glob(os.path.join(args.sink, "batch_id=*", "_manifest.json")):
-        with open(path) as f:
-            manifest = json.load(f)
-        if manifest.get("records"):
-            readers[manifest.get("reader")] += 1
-    if set(readers) != {args.reader}:
-        raise CheckFailed(
-            f"readers of the batches with records: {dict(readers)}; expected only {args.reader!r}"
-        )
-    log(f"reader: all {sum(readers.values())} batches with records read with reader={args.reader}")
-
-
 def airflow_session(args: argparse.Namespace):
     """A requests session carrying the admin's bearer token (POST /auth/token)."""
     import requests
@@ -364,75 +288,6 @@ def airflow_get(args: argparse.Namespace, session, path: str):
     if r.status_code != 200:
         raise CheckFailed(f"GET {path}: HTTP {r.status_code}: {r.text[:300]}")
     return r
-
-
-def check_scaling(args: argparse.Namespace, rows: list[dict]) -> None:
-    import requests
-
-    done = [b for b in rows if b["status"] in DONE and b["records"]]
-    counts = [b["executors"] for b in done]
-    if len(set(counts)) < 2:
-        raise CheckFailed(f"executors per batch never changed: {counts}")
-
-    # the executor target Variable and the monitoring page's data (Airflow's REST API, with a token)
-    s = airflow_session(args)
-    target = json.loads(
-        airflow_get(args, s, f"/api/v2/variables/kbp.{PIPELINE}.executor_target").json()["value"]
-    )
-    if target.get("previous") is None or target["previous"] == target["executors"]:
-        raise CheckFailed(f"the executor target never changed: {target}")
-    page = {
-        b["batch_id"]: b["executors"]
-        for b in airflow_get(args, s, f"/kafka-backpressure/pipelines/{PIPELINE}/batches").json()["batches"]
-    }
-    differ = {
-        b["batch_id"]: (b["executors"], page.get(b["batch_id"]))
-        for b in done
-        if page.get(b["batch_id"]) != b["executors"]
-    }
-    if differ:
-        raise CheckFailed(f"monitoring page executors differ from the ledger (ledger, page): {differ}")
-    html = airflow_get(args, s, "/kafka-backpressure/").text
-    if "plot-executors" not in html:
-        raise CheckFailed("the monitoring page has no executors chart")
-    airflow_get(args, s, "/plugin/kafka-backpressure")  # the page's place in the Airflow UI
-    log(
-        f"executor target {target['previous']} -> {target['executors']}; monitoring page executors per batch {[page[b['batch_id']] for b in done]}"
-    )
-
-    # the batches' executors on the worker containers: the master names each application's id
-    master = requests.get(f"{args.spark_ui}/json/", timeout=30).json()
-    app_ids = {a["name"]: a["id"] for a in master.get("completedapps", []) + master.get("activeapps", [])}
-    placed: dict[str, list[str]] = {}
-    for worker in args.workers:
-        out = subprocess.run(
-            ["docker", "exec", worker, "sh", "-c", "cd /opt/spark-work && ls -d app-*/* 2>/dev/null || true"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-        for path in out:
-            placed.setdefault(path.split("/")[0], []).append(worker)
-    for b in done:
-        app = app_ids.get(f"kbp-{PIPELINE}-batch-{b['batch_id']}")
-        if app is None:
-            raise CheckFailed(f"batch {b['batch_id']}: no Spark application on the master")
-        on = placed.get(app, [])
-        if len(on) != b["executors"]:
-            raise CheckFailed(
-                f"batch {b['batch_id']} ({app}): ledger says {b['executors']} executors, workers ran {len(on)}: {on}"
-            )
-        if b["executors"] > 1 and len(set(on)) < 2:
-            raise CheckFailed(f"batch {b['batch_id']} ({app}): {b['executors']} executors all on {on[0]}")
-        log(f"batch {b['batch_id']} ({app}): {len(on)} executor(s) on {sorted(Counter(on).items())}")
-
-
-def verify(args: argparse.Namespace) -> None:
-    rows = batches(args)
-    fail_on_failed(rows)
-    check_exactly_once(args, rows)
-    check_reader(args)
-    check_scaling(args, rows)
 
 
 def _redactor(secret: str):
@@ -532,82 +387,6 @@ def connect_auth(args: argparse.Namespace) -> None:
         raise CheckFailed(f"{clean(type(e).__name__ + ': ' + str(e))[:500]}") from None
 
 
-#: every process's /proc/<pid>/<file> (cmdline, environ) in a container, one line each
-PROC_SCRIPT = 'for p in /proc/[0-9]*; do tr "\\0" " " < "$p/{}" 2> /dev/null; echo; done'
-
-
-def docker(*argv: str) -> bytes:
-    """The docker command's output (a container's log: both streams)."""
-    done = subprocess.run(["docker", *argv], capture_output=True, check=False)
-    if done.returncode != 0 and argv[0] != "exec":
-        raise CheckFailed(f"docker {argv[0]} failed: {done.stderr.decode(errors='replace')[-300:]}")
-    return done.stdout + done.stderr if argv[0] == "logs" else done.stdout
-
-
-def stack_containers(project: str) -> list[str]:
-    """The names of the compose project's containers, running or not."""
-    names = docker(
-        "ps", "-a", "--filter", f"label=com.docker.compose.project={project}", "--format", "{{.Names}}"
-    )
-    return [n.decode() for n in names.split()]
-
-
-def in_logs_and_files(secret: bytes, containers: list[str], files: list[str]) -> list[str]:
-    """Where ``secret`` is among the containers' logs and the files."""
-    found = [f"the log of {name}" for name in containers if secret in docker("logs", name)]
-    for path in files:
-        with open(path, "rb") as f:
-            if secret in f.read():
-                found.append(path)
-    return found
-
-
-def connect_exposure(args: argparse.Namespace) -> None:
-    """The Connect server's token reached the server in its environment, and is nowhere else: not on
-    a command line in its container, not in the container's configuration, not in the server's UI
-    (pages and REST API), not in any log of the stack's containers, not in --files."""
-    import requests
-
-    with open(args.token_file) as f:
-        token = f.read().strip()
-    if len(token) < 20:
-        raise CheckFailed(f"{args.token_file}: not a token ({len(token)} characters)")
-    secret = token.encode()
-    found: list[str] = []
-    lines = docker("exec", args.container, "sh", "-c", PROC_SCRIPT.format("cmdline")).splitlines()
-    if not any(b"SparkConnectServer" in line for line in lines):
-        raise CheckFailed(f"no Spark Connect server among the processes of {args.container}")
-    if any(secret in line for line in lines):
-        found.append(f"a command line in {args.container}")
-    if secret not in docker("exec", args.container, "sh", "-c", PROC_SCRIPT.format("environ")):
-        raise CheckFailed(
-            f"the token is in no process environment in {args.container}: how does the server get it?"
-        )
-    if secret in docker("inspect", args.container):
-        found.append(f"docker inspect {args.container}")
-
-    ui = args.connect_ui.rstrip("/")
-    pages = [f"{ui}/environment/", f"{ui}/connect/", f"{ui}/jobs/", f"{ui}/api/v1/applications"]
-    for app in requests.get(f"{ui}/api/v1/applications", timeout=30).json():
-        pages += [f"{ui}/api/v1/applications/{app['id']}/{p}" for p in ("environment", "jobs", "executors")]
-    for page in pages:
-        r = requests.get(page, timeout=30)
-        if r.status_code != 200:
-            raise CheckFailed(f"GET {page}: HTTP {r.status_code}")
-        if secret in r.content:
-            found.append(page)
-
-    containers = stack_containers(args.project)
-    found += in_logs_and_files(secret, containers, args.files)
-    if found:
-        raise CheckFailed(f"the Connect server's token is in: {', '.join(found)}")
-    log(
-        f"the Connect server's token is in its process environment only: in none of {len(lines)} command "
-        f"lines of {args.container}, its configuration, {len(pages)} pages of its UI and REST API, the logs "
-        f"of {len(containers)} containers, {len(args.files)} files of this test's output"
-    )
-
-
 def add_endpoints(p: argparse.ArgumentParser) -> None:
     """The stack's endpoints as options (defaults: this machine's hostnet.env) and the admin's password."""
     p.add_argument("--postgres", default="postgresql://airflow:airflow@127.0.0.1:27432/kbp")
@@ -620,15 +399,19 @@ def add_endpoints(p: argparse.ArgumentParser) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def command_parser(doc: str | None) -> tuple[argparse.ArgumentParser, Any]:
+    """A check script's parser: the stack's endpoints as options, its commands as subparsers."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_endpoints(p)
+    return p, p.add_subparsers(dest="command", required=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p, sub = command_parser(__doc__)
     p.add_argument(
         "--kafka", default="127.0.0.1:27092", help="bootstrap servers, unless --properties-file has them"
     )
     p.add_argument("--properties-file", default=None, help="Kafka client properties (JSON, librdkafka-style)")
-    p.add_argument("--reader", default="native", help="the reader every batch with records must have used")
-    sub = p.add_subparsers(dest="command", required=True)
     w = sub.add_parser("wait-batches")
     w.add_argument("--min", type=int, default=3)
     w.add_argument("--timeout", type=float, default=900)
@@ -651,18 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="a failed batch is not a failure while the replay DAG may still replay it (a fault was injected)",
     )
-    v = sub.add_parser("verify")
-    v.add_argument("--sink", required=True, help="the sink directory of the demo pipeline, as seen from here")
-    v.add_argument("--producer-log", required=True, help="the demo producer's output")
-    v.add_argument("--workers", nargs="+", required=True, help="the Spark worker containers")
     ca = sub.add_parser("connect-auth")
     ca.add_argument("--conn-id", default="spark_connect_default")
-    ce = sub.add_parser("connect-exposure")
-    ce.add_argument("--token-file", required=True, help="the Connect server's token (never printed)")
-    ce.add_argument("--container", required=True, help="the spark-connect container")
-    ce.add_argument("--project", required=True, help="the compose project: every container's log is searched")
-    ce.add_argument("--connect-ui", required=True, help="the Connect server's Spark UI")
-    ce.add_argument("--files", nargs="*", default=[], help="more files to search (this test's output)")
     return dispatch(
         {
             "wait-batches": wait_batches,
@@ -672,9 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             "unthrottle": unthrottle,
             "end-offsets": end_offsets,
             "wait-caught-up": wait_caught_up,
-            "verify": verify,
             "connect-auth": connect_auth,
-            "connect-exposure": connect_exposure,
         },
         p.parse_args(argv),
     )

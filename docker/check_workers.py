@@ -3,8 +3,6 @@
     python docker/check_workers.py wait-both --workers airflow-worker-1 airflow-worker-2 [--timeout 900]
     python docker/check_workers.py running-on --batch N --write-to FILE [--timeout 300]
     python docker/check_workers.py recovered --batch N --dead NAME --survivor NAME --since EPOCH [--timeout 900]
-    python docker/check_workers.py broker-secret --project NAME --redis-port PORT --password-file FILE \
-        [--dirs DIR ...] [--files FILE ...]
 
 ``wait-both``: batches of the demo pipeline with records, each run by its ingest task on one worker,
 until every named worker has run at least one (the task instance's ``hostname`` is the worker's
@@ -13,11 +11,8 @@ batch N now (N from ``check_stack.py wait-in-spark``), written to FILE. ``recove
 worker's container was killed (SIGKILL) and removed at EPOCH, batch N finishes (the replay DAG
 takes it once its ledger lease has expired), every ingest and replay task the pipeline ran since
 EPOCH ran on the survivor, and the killed worker's ingest task ended failed (the scheduler's heartbeat timeout)
-without a batch being written twice (that is the final ``check_stack.py verify``).
-``broker-secret``: Redis refuses a client without its password and answers one with it, and the
-password (read from the airflow-secrets volume, never printed) is nowhere else: on no command line
-and in no configuration of the stack's containers, in no container's log, in no file under
-``--dirs`` (the task logs) and in none of ``--files``.
+without a batch being written twice (that is the final ``check_sink.py verify``). Redis's
+password: docker/check_secrets.py.
 
 A batch is matched to its ingest task by the ledger's ``run_id`` (the DAG run that planned it). The
 ledger is read with plain SQL and Airflow through its REST API, as check_stack.py does (whose
@@ -27,7 +22,6 @@ helpers and endpoints' options this reuses).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from datetime import datetime
@@ -185,53 +179,8 @@ def recovered(args: argparse.Namespace) -> None:
     )
 
 
-def broker_secret(args: argparse.Namespace) -> None:
-    """Redis requires its password, which is in the secrets volume's files only."""
-    with open(args.password_file) as f:
-        password = f.read().strip()
-    if len(password) < 20:
-        raise CheckFailed(f"{args.password_file}: not a password ({len(password)} characters)")
-    secret = password.encode()
-    redis = f"{args.project}_redis_1"
-    ping = f"redis-cli -h redis -p {args.redis_port} ping"
-    without = cs.docker("exec", redis, "sh", "-c", f"{ping} 2>&1").decode(errors="replace")
-    if "NOAUTH" not in without:
-        raise CheckFailed(f"Redis answered a client without its password: {without.strip()[:200]}")
-    # the password from the file inside the container: on no command line, this one's included
-    read = "REDISCLI_AUTH=\"$(sed -n 's/^requirepass //p' /opt/airflow/secrets/redis.conf)\""
-    with_it = cs.docker("exec", redis, "sh", "-c", f"{read} {ping} 2>&1").decode(errors="replace")
-    if "PONG" not in with_it:
-        raise CheckFailed(f"Redis did not answer a client with its password: {with_it.strip()[:200]}")
-    log("Redis refuses a client without its password (NOAUTH) and answers one with it")
-
-    found: list[str] = []
-    containers = cs.stack_containers(args.project)
-    running = cs.docker(
-        "ps", "--filter", f"label=com.docker.compose.project={args.project}", "--format", "{{.Names}}"
-    )
-    lines = 0
-    for name in running.decode().split():
-        cmdlines = cs.docker("exec", name, "sh", "-c", cs.PROC_SCRIPT.format("cmdline")).splitlines()
-        lines += len(cmdlines)
-        if any(secret in line for line in cmdlines):
-            found.append(f"a command line in {name}")
-    found += [f"docker inspect {name}" for name in containers if secret in cs.docker("inspect", name)]
-    found += cs.in_logs_and_files(secret, containers, args.files)
-    files = [os.path.join(d, f) for top in args.dirs for d, _, names in os.walk(top) for f in names]
-    found += cs.in_logs_and_files(secret, [], files)
-    if found:
-        raise CheckFailed(f"Redis's password is in: {', '.join(found)}")
-    log(
-        f"Redis's password is in the secrets volume only: in none of {lines} command lines of the running "
-        f"containers, the {len(containers)} containers' configuration and logs, {len(files)} task log "
-        f"files, {len(args.files)} files of this test's output"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    cs.add_endpoints(p)
-    sub = p.add_subparsers(dest="command", required=True)
+    p, sub = cs.command_parser(__doc__)
     w = sub.add_parser("wait-both")
     w.add_argument("--workers", nargs="+", required=True, help="the workers' names (their KBP_HOSTNAME)")
     w.add_argument("--timeout", type=float, default=900)
@@ -245,17 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--survivor", required=True, help="the worker left")
     v.add_argument("--since", type=float, required=True, help="when it was killed (seconds since the epoch)")
     v.add_argument("--timeout", type=float, default=900)
-    b = sub.add_parser("broker-secret")
-    b.add_argument("--project", required=True, help="the compose project")
-    b.add_argument("--redis-port", type=int, required=True)
-    b.add_argument("--password-file", required=True, help="Redis's password (never printed)")
-    b.add_argument("--dirs", nargs="*", default=[], help="folders whose files are searched (the task logs)")
-    b.add_argument("--files", nargs="*", default=[], help="more files to search (this test's output)")
     commands = {
         "wait-both": wait_both,
         "running-on": running_on,
         "recovered": recovered,
-        "broker-secret": broker_secret,
     }
     return cs.dispatch(commands, p.parse_args(argv))
 

@@ -24,7 +24,7 @@
 #     in Spark, starts it again 20 s later, and waits until that batch has finished (succeeded, or
 #     failed and replayed) and kafka-1 is back in sync; stops the producer,
 #     turns backpressure off (a settings Variable edit), waits until the pipeline has caught up
-#     after >= 3 batches with records, then checks (docker/check_stack.py) that
+#     after >= 3 batches with records, then checks (docker/check_sink.py) that
 #     every produced record is in the sink exactly once and that the executors per batch moved
 #     with the target — in the ledger, on the monitoring page and in the worker containers;
 #     checks the Spark Connect server from the surviving worker through the spark_connect_default
@@ -94,7 +94,8 @@ trap '[[ -n "$REASON" ]] || REASON="line $LINENO: $BASH_COMMAND"' ERR
 # check <command> ...: docker/check_stack.py, its "check FAILED" line kept as the reason
 # (its progress goes to stdout; stderr, with the failure, is shown once it ends)
 check() { run_check check_stack.py "$@"; }
-# check_workers <command> ...: the same for docker/check_workers.py (the Celery workers)
+# check_workers <command> ...: the same for docker/check_workers.py (the Celery workers); run_check
+# <script> <command> ... for the others (check_sink.py: the final check; check_secrets.py)
 check_workers() { run_check check_workers.py "$@"; }
 run_check() {
     local script="$1" err="$W/check-$2.err" rc=0
@@ -327,7 +328,7 @@ SINK="$(docker volume inspect "${PROJECT}_sink" --format '{{.Mountpoint}}')/sink
 mapfile -t WORKERS < <(docker ps --filter "label=com.docker.compose.project=$PROJECT" \
     --filter "label=com.docker.compose.service=spark-worker" --format '{{.Names}}')
 [[ ${#WORKERS[@]} -eq 2 ]] || die "expected 2 spark-worker containers, found: ${WORKERS[*]:-none}"
-check verify \
+run_check check_sink.py verify \
     --sink "$SINK" --producer-log "$W/producer.log" --workers "${WORKERS[@]}"
 
 phase "Spark Connect: token and TLS"
@@ -344,12 +345,12 @@ docker exec -i "${PROJECT}_${SURVIVOR}_1" timeout 600 python - connect-auth \
     || { tail -n 30 "$W/connect-auth.log" >&2; die "Spark Connect check failed: $(verdict "$W/connect-auth.log")"; }
 grep "^check:" "$W/connect-auth.log" >&2
 # the token (read from its volume here, never printed) is nowhere it must not be
-check connect-exposure --project "$PROJECT" --container "$CONNECT" \
+run_check check_secrets.py connect-exposure --project "$PROJECT" --container "$CONNECT" \
     --token-file "$(docker volume inspect "${PROJECT}_spark-connect-secrets" --format '{{.Mountpoint}}')/token" \
     --connect-ui "http://127.0.0.1:$SPARK_CONNECT_UI_PORT" --files "$W"/*.log "$W"/*.err
 
 phase "Redis: its password required, and kept secret"
 # the password (read from its volume here, never printed) is in the secrets volume's files only
-check_workers broker-secret --project "$PROJECT" --redis-port "$REDIS_PORT" \
+run_check check_secrets.py broker-secret --project "$PROJECT" --redis-port "$REDIS_PORT" \
     --password-file "$(docker volume inspect "${PROJECT}_airflow-secrets" --format '{{.Mountpoint}}')/redis_password" \
     --dirs "$(docker volume inspect "${PROJECT}_airflow-logs" --format '{{.Mountpoint}}')" --files "$W"/*.log "$W"/*.err
