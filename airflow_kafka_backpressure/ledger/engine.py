@@ -15,6 +15,7 @@ password replaced by ``***`` and never quote the password.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Mapping
@@ -137,8 +138,13 @@ def configure_engine(engine: Engine, timeout_s: float = DEFAULT_TIMEOUT_S) -> No
         return ledger_error(engine, ctx.sqlalchemy_exception or ctx.original_exception, timeout_s)
 
 
-#: Driver messages of a ledger whose schema is older than the code (SQLite; PostgreSQL).
-_OLD_SCHEMA = ("no such table", "no such column", "does not exist")
+#: Driver messages of a ledger whose schema is older than the code: SQLite's, and PostgreSQL's
+#: undefined table or column (not its 'database "…" does not exist', refused at connect)
+_OLD_SCHEMA = re.compile(r"no such (table|column)|(relation|column) \S+ does not exist")
+#: the same as PostgreSQL's SQLSTATE (psycopg2's pgcode, psycopg's sqlstate): undefined table, column
+_OLD_SCHEMA_STATES = ("42P01", "42703")
+#: PostgreSQL at connect: the URL names a database the server does not have
+_NO_DATABASE = re.compile(r'database "([^"]*)" does not exist')
 #: sqlite3 reports everything as OperationalError; these mean the file is busy or out of reach.
 _SQLITE_UNAVAILABLE = ("locked", "busy", "unable to open", "disk I/O error", "readonly database")
 
@@ -149,7 +155,16 @@ def ledger_error(engine: Engine, err: BaseException | None, timeout_s: float) ->
         return None
     where = redacted_url(engine)
     detail = _driver_message(engine, err)
-    if isinstance(err, exc.ProgrammingError | exc.OperationalError) and any(m in detail for m in _OLD_SCHEMA):
+    missing = _NO_DATABASE.search(detail)
+    if isinstance(err, exc.OperationalError) and missing:
+        return LedgerError(
+            f"The ledger at {where} names the database {missing.group(1)!r}, which that server does not "
+            f"have ({detail}). Create it (CREATE DATABASE, owned by the ledger's user) or fix the database "
+            "in the ledger's URL or connection; the ledger's tables are created on first use."
+        )
+    state = getattr(err.orig, "pgcode", None) or getattr(err.orig, "sqlstate", None)
+    old_schema = state in _OLD_SCHEMA_STATES if state else bool(_OLD_SCHEMA.search(detail))
+    if isinstance(err, exc.ProgrammingError | exc.OperationalError) and old_schema:
         return LedgerError(
             f"The ledger at {where} lacks a table or column this code needs ({detail}): its schema is older "
             f"than this package. Run `{ledger_command('upgrade')} --url '<the ledger URL>'` (or `--conn-id "

@@ -8,6 +8,7 @@ connection but never answers.
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import sqlite3
 import traceback
@@ -93,6 +94,22 @@ def test_an_unreachable_ledger_is_named_without_its_password():
             assert f"postgresql+psycopg2://kbp:***@127.0.0.1:{port}/ledger" in str(e.value)
             assert "Connection refused" in str(e.value) or "connection" in str(e.value).lower()
             assert_no_secret(e.value)
+
+
+@pytest.mark.postgres
+def test_a_database_the_server_does_not_have_is_named_with_the_fix(postgres_url):
+    """Not an old schema (PostgreSQL says 'database "…" does not exist' at connect), nor a server out
+    of reach: the database named in the URL, and how to make it."""
+    name = f"no_such_ledger_{secrets.token_hex(4)}"
+    url = make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+    with Ledger(url, timeout_s=5) as led:
+        for call in (led.upgrade, lambda: led.heads(P)):
+            with pytest.raises(
+                LedgerError, match=f"names the database '{name}', which that server does not have"
+            ) as e:
+                call()
+            assert "CREATE DATABASE" in str(e.value) and "older than this package" not in str(e.value)
+            assert not isinstance(e.value, LedgerUnavailable)
 
 
 def test_a_server_that_never_answers_is_given_up_on_after_the_connect_bound():
