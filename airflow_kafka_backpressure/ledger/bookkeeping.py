@@ -15,11 +15,12 @@ of the history:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BindParameter, Connection, and_, bindparam, func, select, update
+from sqlalchemy import BindParameter, Connection, and_, bindparam, column, func, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from airflow_kafka_backpressure.batch.models import OffsetRange, TopicPartition
 
@@ -131,7 +132,7 @@ def record_positions(
             if row is not None and row.start_offset is not None
             else (own[0].from_offset if own else None)
         )
-        values = {
+        given = {
             "p": pipeline,
             "t": tp.topic,
             "n": tp.partition,
@@ -143,25 +144,16 @@ def record_positions(
             "pos": position[tp],
             "b": batch_id,
         }
-        (updates if row is not None else inserts).append(values)
-    cols: dict[str, BindParameter[Any]] = {
-        "start_offset": bindparam("start"),
-        "head": bindparam("hd"),
-        "committed_until": bindparam("committed"),
-        "position": bindparam("pos"),
-        "planned_batch_id": bindparam("b"),
+        (updates if row is not None else inserts).append(given)
+    assign = {
+        "start_offset": "start",
+        "head": "hd",
+        "committed_until": "committed",
+        "position": "pos",
+        "planned_batch_id": "b",
     }
-    if updates:
-        conn.execute(
-            update(_pt)
-            .where(
-                _pt.c.pipeline == bindparam("p"),
-                _pt.c.topic == bindparam("t"),
-                _pt.c.partition == bindparam("n"),
-            )
-            .values(**cols),
-            updates,
-        )
+    _update_partitions(conn, pipeline, updates, assign)
+    cols: dict[str, BindParameter[Any]] = {c: bindparam(key) for c, key in assign.items()}
     if inserts:
         conn.execute(
             _pt.insert().values(
@@ -220,17 +212,53 @@ def retreat_watermarks(conn: Connection, pipeline: str, batch_id: int) -> None:
 
 def _move_watermarks(conn: Connection, pipeline: str, targets: Sequence[Any], *, forward: bool) -> None:
     """Set each (topic, partition, offset)'s watermark to offset if that moves it the given way."""
-    if not targets:
-        return
-    offset: BindParameter[int] = bindparam("o")
-    conn.execute(
-        update(_pt)
-        .where(
-            _pt.c.pipeline == pipeline,
-            _pt.c.topic == bindparam("t"),
-            _pt.c.partition == bindparam("n"),
-            _pt.c.committed_until < offset if forward else _pt.c.committed_until > offset,
-        )
-        .values(committed_until=offset),
+    _update_partitions(
+        conn,
+        pipeline,
         [{"t": t, "n": int(n), "o": int(o)} for t, n, o in targets],
+        {"committed_until": "o"},
+        moves=lambda o: _pt.c.committed_until < o if forward else _pt.c.committed_until > o,
     )
+
+
+def _update_partitions(
+    conn: Connection,
+    pipeline: str,
+    rows: Sequence[Mapping[str, Any]],
+    assign: Mapping[str, str],
+    *,
+    moves: Callable[[Any], Any] | None = None,
+) -> None:
+    """Update ``pipeline``'s partition rows, one per row of ``rows`` (keys ``t``: topic, ``n``:
+    partition): each column of ``assign`` to the row's value under the key it names, where
+    ``moves(value of the first assigned column)`` holds when given. On PostgreSQL one statement
+    joins the rows given as arrays (``unnest``): a plan of 10,000 partitions updates 10,000 rows
+    twice, and one statement a row cost 1.4-1.6 s of round trips each (bench/ledger_growth.py);
+    elsewhere (SQLite, in-process) one statement with many rows of parameters."""
+    if not rows:
+        return
+    keys = list(assign.values())
+    if conn.dialect.name != "postgresql":
+        params: dict[str, BindParameter[Any]] = {key: bindparam(key) for key in keys}
+        stmt = update(_pt).where(
+            _pt.c.pipeline == pipeline, _pt.c.topic == bindparam("t"), _pt.c.partition == bindparam("n")
+        )
+        if moves is not None:
+            stmt = stmt.where(moves(params[keys[0]]))
+        conn.execute(stmt.values({c: params[k] for c, k in assign.items()}), list(rows))
+        return
+    types = {"t": _pt.c.topic.type, "n": _pt.c.partition.type}
+    types.update({key: _pt.c[c].type for c, key in assign.items()})
+    given = (
+        func.unnest(
+            *(bindparam(f"{key}s", [r[key] for r in rows], type_=ARRAY(kind)) for key, kind in types.items())
+        )
+        .table_valued(*(column(key, kind) for key, kind in types.items()), name="kbp_given")
+        .render_derived()
+    )
+    stmt = update(_pt).where(
+        _pt.c.pipeline == pipeline, _pt.c.topic == given.c.t, _pt.c.partition == given.c.n
+    )
+    if moves is not None:
+        stmt = stmt.where(moves(given.c[keys[0]]))
+    conn.execute(stmt.values({c: given.c[k] for c, k in assign.items()}))
