@@ -38,10 +38,15 @@ def docker(*argv: str) -> bytes:
     return done.stdout + done.stderr if argv[0] == "logs" else done.stdout
 
 
-def stack_containers(project: str) -> list[str]:
-    """The names of the compose project's containers, running or not."""
+def stack_containers(project: str, *, running: bool = False) -> list[str]:
+    """The names of the compose project's containers: running or not, or ``running`` only."""
     names = docker(
-        "ps", "-a", "--filter", f"label=com.docker.compose.project={project}", "--format", "{{.Names}}"
+        "ps",
+        *(() if running else ("-a",)),
+        "--filter",
+        f"label=com.docker.compose.project={project}",
+        "--format",
+        "{{.Names}}",
     )
     return [n.decode() for n in names.split()]
 
@@ -123,11 +128,8 @@ def broker_secret(args: argparse.Namespace) -> None:
 
     found: list[str] = []
     containers = stack_containers(args.project)
-    running = docker(
-        "ps", "--filter", f"label=com.docker.compose.project={args.project}", "--format", "{{.Names}}"
-    )
     lines = 0
-    for name in running.decode().split():
+    for name in stack_containers(args.project, running=True):
         cmdlines = docker("exec", name, "sh", "-c", PROC_SCRIPT.format("cmdline")).splitlines()
         lines += len(cmdlines)
         if any(secret in line for line in cmdlines):

@@ -11,13 +11,14 @@
 
 It reads the ledger with plain SQL (PostgreSQL), the broker's end offsets with kafka-python,
 Airflow's REST API with requests and the Spark master's JSON: nothing of the provider's own code, so
-a bug there cannot hide itself. The final check of the sink: docker/check_sink.py. The broker advertises its service
-name, which only resolves inside the stack: ``end-offsets`` runs in a container of the stack (it
-needs nothing but kafka-python), and its output is handed to ``wait-caught-up``. ``connect-auth``
-runs in an Airflow container (a Celery worker, where the connect engine's sessions start): it reads
-the ``spark_connect_default`` connection through the Spark provider's hook and talks to the Connect
-server with pyspark's client, through the container's GRPC_DEFAULT_SSL_ROOTS_FILE_PATH; it never
-prints the token. Where the token and Redis's password must not be: docker/check_secrets.py.
+a bug there cannot hide itself. The final check of the sink: docker/check_sink.py. The broker
+advertises its service name, which only resolves inside the stack: ``end-offsets`` runs in a
+container of the stack (it needs nothing but kafka-python), and its output is handed to
+``wait-caught-up``. ``connect-auth`` runs in an Airflow container (a Celery worker, where the
+connect engine's sessions start): it reads the ``spark_connect_default`` connection through the
+Spark provider's hook and talks to the Connect server with pyspark's client, through the container's
+GRPC_DEFAULT_SSL_ROOTS_FILE_PATH; it never prints the token. Where the token and Redis's password
+must not be: docker/check_secrets.py.
 
 Endpoints (defaults: this machine's hostnet.env): --postgres, --airflow, --spark-ui; Kafka:
 --properties-file, a JSON file of librdkafka-style client properties (the stack's kafka-users writes
