@@ -6,11 +6,15 @@ Writes batches through the real :class:`Ledger` API, each with one 10-offset ran
 checkpoint it times ``--samples`` more batches and prints the median wall time per step and in total,
 and the median CPU time of this process per batch (SQLite works in-process, so on a shared machine
 the CPU time is the steadier figure), then the ratios of the last checkpoint to the first. Flat
-bookkeeping means ratios near 1.
+bookkeeping means ratios near 1. ``--profile`` adds where a batch's time goes at the last checkpoint:
+each kind of statement (wall time from the driver's call to its return: the server's work, the
+round trip and the driver) and the time outside them. Goal (issue 44): the whole bookkeeping of a
+batch < 0.5 s at 10,000 partitions, on SQLite and PostgreSQL.
 
     .venv/bin/python bench/ledger_growth.py                       # 100 partitions, 1 … 10,000 batches
     .venv/bin/python bench/ledger_growth.py --partitions 1000 --checkpoints 1,100,1000
     .venv/bin/python bench/ledger_growth.py --url postgresql+psycopg2://…   # an empty database
+    .venv/bin/python bench/ledger_growth.py --partitions 10000 --checkpoints 1,10,100 --profile
 
 The default size writes 1M range rows in a few minutes on a 2-core machine; 1,000 partitions ×
 10,000 batches (10M rows) takes about half an hour there, so it is opt-in.
@@ -19,11 +23,14 @@ The default size writes 1M range rows in a few minutes on a 2-core machine; 1,00
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from sqlalchemy import event
 
 from airflow_kafka_backpressure.batch.models import OffsetRange
 from airflow_kafka_backpressure.ledger import Ledger
@@ -54,12 +61,55 @@ def one_batch(led: Ledger, partitions: int, i: int) -> dict[str, float]:
     return {"plan": t1 - t0, "transitions": t2 - t1, "heads": t3 - t2, "committable": t4 - t3, "cpu": cpu}
 
 
+class StatementTimes:
+    """Wall time of each statement the ledger sends, by its first words and table (``--profile``)."""
+
+    def __init__(self, led: Ledger) -> None:
+        self.engine = led.engine
+        self.times: dict[str, list[float]] = {}
+        event.listen(self.engine, "before_cursor_execute", self._before)
+        event.listen(self.engine, "after_cursor_execute", self._after)
+
+    def _before(self, conn, cursor, statement, parameters, context, executemany) -> None:
+        conn.info["bench_t0"] = time.perf_counter()
+
+    def _after(self, conn, cursor, statement, parameters, context, executemany) -> None:
+        elapsed = time.perf_counter() - conn.info.pop("bench_t0")
+        words = statement.split()
+        table = re.search(r"\bkbp_[a-z_]+", statement)
+        kind = "WITH RECURSIVE" if words[:2] == ["WITH", "RECURSIVE"] else words[0]
+        self.times.setdefault(f"{kind} {table[0] if table else ''}".strip(), []).append(elapsed)
+
+    def stop(self) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._before)
+        event.remove(self.engine, "after_cursor_execute", self._after)
+
+    def report(self, batches: int, total_s: float) -> str:
+        lines = [f"where a batch's time went at the last checkpoint (mean of {batches} batches):"]
+        in_db = 0.0
+        for name, times in sorted(self.times.items(), key=lambda kv: -sum(kv[1])):
+            in_db += sum(times)
+            lines.append(
+                f"  {name:<32} {len(times) / batches:>5.1f} statements {sum(times) / batches * 1000:>8.1f} ms"
+            )
+        lines.append(
+            f"  {'the rest':<32} {'':>16} {(total_s - in_db) / batches * 1000:>8.1f} ms"
+            " (this process: building rows and plans, SQLAlchemy, fetching rows: SQLite reads them then)"
+        )
+        return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--checkpoints", default="1,100,1000,10000", help="history sizes (batches) to time at")
     ap.add_argument("--samples", type=int, default=9, help="batches timed at each checkpoint (median)")
     ap.add_argument("--url", help="an empty database (default: a new SQLite file under .tmp/)")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="and, at the last checkpoint, where a batch's time goes: each kind of statement, and the rest",
+    )
     args = ap.parse_args()
     checkpoints = sorted({int(x) for x in args.checkpoints.split(",")})
     if checkpoints[0] < 1:
@@ -89,9 +139,12 @@ def main() -> None:
                 one_batch(led, args.partitions, written)
                 written += 1
             samples = []
+            watch = StatementTimes(led) if args.profile and checkpoint == checkpoints[-1] else None
             for _ in range(args.samples):
                 samples.append(one_batch(led, args.partitions, written))
                 written += 1
+            if watch is not None:
+                watch.stop()
             median = {s: statistics.median(x[s] for x in samples) * 1000 for s in STEPS}
             total = statistics.median(sum(x[s] for s in STEPS) for x in samples) * 1000
             cpu = statistics.median(x["cpu"] for x in samples) * 1000
@@ -103,6 +156,10 @@ def main() -> None:
                 + f" {total:>10.1f} {cpu:>8.1f}",
                 flush=True,
             )
+            if watch is not None:
+                profile = watch.report(args.samples, sum(sum(x[s] for s in STEPS) for x in samples))
+        if args.profile:
+            print(profile)
         for first in checkpoints[: min(2, len(checkpoints) - 1)]:  # the 1st is an almost empty database
             k = checkpoints.index(first)
             print(

@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BindParameter, Connection, and_, bindparam, column, func, select, update
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import Connection, and_, func, select
 
 from airflow_kafka_backpressure.batch.models import OffsetRange, TopicPartition
 
+from . import bulk
 from .chain import ChainSegment
 from .schema import batch_table, partition_table, range_table
 from .states import DONE_RANGE_STATUSES, LOST
@@ -153,14 +153,8 @@ def record_positions(
         "planned_batch_id": "b",
     }
     _update_partitions(conn, pipeline, updates, assign)
-    cols: dict[str, BindParameter[Any]] = {c: bindparam(key) for c, key in assign.items()}
-    if inserts:
-        conn.execute(
-            _pt.insert().values(
-                pipeline=bindparam("p"), topic=bindparam("t"), partition=bindparam("n"), **cols
-            ),
-            inserts,
-        )
+    named = {"pipeline": "p", "topic": "t", "partition": "n", **assign}
+    bulk.insert_rows(conn, _pt, [{c: row[key] for c, key in named.items()} for row in inserts])
 
 
 def advance_watermarks(conn: Connection, pipeline: str, batch_id: int) -> None:
@@ -230,35 +224,13 @@ def _update_partitions(
     moves: Callable[[Any], Any] | None = None,
 ) -> None:
     """Update ``pipeline``'s partition rows, one per row of ``rows`` (keys ``t``: topic, ``n``:
-    partition): each column of ``assign`` to the row's value under the key it names, where
-    ``moves(value of the first assigned column)`` holds when given. On PostgreSQL one statement
-    joins the rows given as arrays (``unnest``): a plan of 10,000 partitions updates 10,000 rows
-    twice, and one statement a row cost 1.4-1.6 s of round trips each (bench/ledger_growth.py);
-    elsewhere (SQLite, in-process) one statement with many rows of parameters."""
-    if not rows:
-        return
-    keys = list(assign.values())
-    if conn.dialect.name != "postgresql":
-        params: dict[str, BindParameter[Any]] = {key: bindparam(key) for key in keys}
-        stmt = update(_pt).where(
-            _pt.c.pipeline == pipeline, _pt.c.topic == bindparam("t"), _pt.c.partition == bindparam("n")
-        )
-        if moves is not None:
-            stmt = stmt.where(moves(params[keys[0]]))
-        conn.execute(stmt.values({c: params[k] for c, k in assign.items()}), list(rows))
-        return
-    types = {"t": _pt.c.topic.type, "n": _pt.c.partition.type}
-    types.update({key: _pt.c[c].type for c, key in assign.items()})
-    given = (
-        func.unnest(
-            *(bindparam(f"{key}s", [r[key] for r in rows], type_=ARRAY(kind)) for key, kind in types.items())
-        )
-        .table_valued(*(column(key, kind) for key, kind in types.items()), name="kbp_given")
-        .render_derived()
+    partition) as :func:`.bulk.update_rows` does."""
+    bulk.update_rows(
+        conn,
+        _pt,
+        rows,
+        match={"topic": "t", "partition": "n"},
+        assign=assign,
+        where=[_pt.c.pipeline == pipeline],
+        moves=moves,
     )
-    stmt = update(_pt).where(
-        _pt.c.pipeline == pipeline, _pt.c.topic == given.c.t, _pt.c.partition == given.c.n
-    )
-    if moves is not None:
-        stmt = stmt.where(moves(given.c[keys[0]]))
-    conn.execute(stmt.values({c: given.c[k] for c, k in assign.items()}))

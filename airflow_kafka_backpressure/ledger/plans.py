@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from airflow_kafka_backpressure.batch.models import BatchPlan, DataLoss, OffsetRange, TopicPartition
 
-from . import bookkeeping
+from . import bookkeeping, bulk
 from .base import LedgerBase, first_line, now_ms
 from .chain import ChainSegment, chain_segments
 from .losses import record_spans
@@ -94,7 +94,7 @@ class PlansMixin(LedgerBase):
                     return BatchPlan.from_json(stored)
                 tps = {r.tp for r in ranges} | {TopicPartition(d.topic, d.partition) for d in data_loss}
                 known = bookkeeping.partition_rows(conn, pipeline, tps)
-                heads = self._stored_heads(conn, pipeline, tps)
+                heads = self._stored_heads(known)
                 segments = chain_segments(pipeline, ranges, data_loss, heads)
                 created = now_ms()
                 inserted = conn.execute(
@@ -146,8 +146,7 @@ class PlansMixin(LedgerBase):
                         }
                     )
                     prev_until[seg.tp] = seg.until_offset
-                if rows:
-                    conn.execute(range_table.insert(), rows)
+                bulk.insert_rows(conn, range_table, rows)
                 bookkeeping.record_positions(conn, pipeline, batch_id, ranges, segments, known)
                 lost = [seg.offset_range for seg in segments if seg.status == LOST]
                 if lost:
@@ -230,9 +229,10 @@ class PlansMixin(LedgerBase):
         return int(moved or 0)
 
     def _stored_heads(
-        self, conn: Connection, pipeline: str, tps: Iterable[TopicPartition]
+        self, known: Mapping[TopicPartition, bookkeeping.PartitionRow]
     ) -> dict[TopicPartition, int]:
-        return bookkeeping.stored_heads(conn, pipeline, tps)
+        """The heads of the partition rows a plan read (the seam a test bypasses to stale them)."""
+        return {tp: row.head for tp, row in known.items() if row.head is not None}
 
     def _conflict(
         self, pipeline: str, segments: Sequence[ChainSegment], err: IntegrityError

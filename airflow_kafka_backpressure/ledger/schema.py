@@ -53,6 +53,9 @@ def _in(column: str, values: Iterable[str]) -> str:
 #: between deleting a chain's first ranges and making the next one the chain start (PostgreSQL:
 #: ``SET CONSTRAINTS … DEFERRED``, which needs it DEFERRABLE; SQLite: ``PRAGMA defer_foreign_keys``).
 CHAIN_FOREIGN_KEY = "fk_kbp_ranges_chain"
+#: PostgreSQL: room on each page for the next version of its rows, so that a range's status changes
+#: and a partition's bookkeeping are updated in place (migration 0008 says why).
+ROOM_FOR_UPDATES = {"fillfactor": 50}
 
 batch_table = Table(
     "kbp_batches",
@@ -117,6 +120,7 @@ range_table = Table(
     CheckConstraint("prev_until IS NULL OR prev_until = from_offset", name="chained"),
     CheckConstraint(_in("status", RANGE_STATUSES), name="status"),
     Index(None, "batch_id"),
+    postgresql_with=ROOM_FOR_UPDATES,
 )
 
 event.listen(
@@ -168,6 +172,7 @@ partition_table = Table(
         "(start_offset <= committed_until AND committed_until <= head)",
         name="watermark",
     ),
+    postgresql_with=ROOM_FOR_UPDATES,
 )
 
 #: Offsets recorded as lost, per batch: found by its plan, by its replay, or given up by abandon().

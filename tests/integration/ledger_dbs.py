@@ -104,7 +104,8 @@ def _norm(sql: Any) -> str:
 
 def describe_schema(conn: Connection, skip: tuple[str, ...] = ("kbp_alembic_version",)) -> dict[str, Any]:
     """Tables of the ledger with columns (name, type, nullable), primary key, foreign keys (with their
-    options), unique constraints, indexes (with partial-index predicates) and check constraints."""
+    options), unique constraints, indexes (with partial-index predicates), check constraints and
+    storage options (PostgreSQL's fillfactor)."""
     insp = inspect(conn)
     out: dict[str, Any] = {}
     for table in sorted(insp.get_table_names()):
@@ -141,5 +142,6 @@ def describe_schema(conn: Connection, skip: tuple[str, ...] = ("kbp_alembic_vers
             ),
             "indexes": sorted(indexes),
             "checks": sorted((c["name"], _norm(c["sqltext"])) for c in insp.get_check_constraints(table)),
+            "options": sorted((k, _norm(v)) for k, v in insp.get_table_options(table).items()),
         }
     return out

@@ -292,7 +292,7 @@ def test_the_database_refuses_to_break_a_chain_by_delete_or_update(chain):
 def test_a_database_refusal_becomes_a_ledger_conflict(ledger: Ledger, monkeypatch):
     """If the code's own head check is bypassed (a stale read), the database still refuses."""
     plan(ledger, "run-1", r(0, 0, 100))
-    monkeypatch.setattr(Ledger, "_stored_heads", lambda self, conn, pipeline, tps: {})
+    monkeypatch.setattr(Ledger, "_stored_heads", lambda self, known: {})
     with pytest.raises(LedgerConflict) as e:
         plan(ledger, "run-2", r(1, 0, 5), r(0, 50, 150))
     msg = str(e.value)

@@ -127,6 +127,26 @@ def test_a_cleared_finished_run_pulls_the_watermark_back_until_it_succeeds_again
     assert ledger.committable_offsets(P) == {TopicPartition(T, 0): 40}
 
 
+def test_names_with_quotes_commas_and_braces_keep_their_partitions_apart(ledger: Ledger):
+    """On PostgreSQL a plan's rows go to the server as one array literal per column: names that
+    array syntax treats specially come back as they were, each partition with its own bookkeeping."""
+    pipeline = 'p "q", {r} \\s NULL'
+    topics = ['t"1', "t,2", "t{3}", "t\\4", "NULL", "t 5", ""]
+    topics.remove("")  # a topic name is never empty (OffsetRange refuses it)
+    ranges = [OffsetRange(t, n, 10 * n, 10 * n + 5) for t in topics for n in range(2)]
+    b = ledger.record_plan(pipeline, "run-1", ranges, "/s", 1, 0).batch_id
+    ledger.mark_running(b)
+    ledger.mark_succeeded(b, 5 * len(ranges), 1)
+    want = {r.tp: r.until_offset for r in ranges}
+    assert ledger.heads(pipeline) == want
+    assert ledger.committable_offsets(pipeline) == want
+    assert ledger.pipelines() == [pipeline]
+    nxt = [OffsetRange(t, n, 10 * n + 5, 10 * n + 9) for t in topics for n in range(2)]
+    ledger.record_plan(pipeline, "run-2", nxt, "/s", 1, 0)
+    assert ledger.heads(pipeline) == {r.tp: r.until_offset for r in nxt}
+    assert ledger.committable_offsets(pipeline) == want
+
+
 def test_one_batch_of_bookkeeping_reads_through_indexes_only(tmp_path):
     """SQLite's query plans for every statement of plan + transitions + heads + commits (and the
     replayable batches and pipelines the page asks for): no table is scanned, so the cost does not
