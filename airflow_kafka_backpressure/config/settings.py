@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from airflow_kafka_backpressure.batch.models import TopicPartition
-from airflow_kafka_backpressure.control import cost_mode, scaling
+from airflow_kafka_backpressure.control import cost_mode, cost_model, scaling
 from airflow_kafka_backpressure.control.allocation import RateLimits
 from airflow_kafka_backpressure.control.controller import DEFAULT_MODE, MODES
 from airflow_kafka_backpressure.control.cost_mode import CostParams
@@ -164,7 +164,7 @@ class ControllerSettings:
         doc="cost mode: clear a backlog within this many seconds with the smallest batches that do; 0 = as fast as max_ratio allows",
     )
     cost_window_batches: int = _key(
-        cost_mode.DEFAULT_WINDOW_BATCHES, int, 2, doc="cost mode: recent batches the cost model is fitted on"
+        cost_model.DEFAULT_WINDOW_BATCHES, int, 2, doc="cost mode: recent batches the cost model is fitted on"
     )
     scaling_enabled: bool = _key(True, bool, doc="let the scaling operator change the executor target")
     scaling_up_ratio: float = _key(

@@ -8,7 +8,7 @@ time, so the fixed cost looks like slow processing; this model keeps the two apa
 
 ``per_record_s`` is the cost of one record on one executor; dividing by the executor count lets
 batches run with different executor targets share one model (assuming the work spreads evenly;
-when it does not, the residuals say so and the model re-anchors, see :class:`CostModel`).
+when it does not, the residuals say so and the model re-anchors, see :class:`.cost_model.CostModel`).
 
 The fit is a Theil–Sen line over a window of recent batches: the slope is the median of the
 slopes between every pair of batches of clearly different sizes (weighted by the size difference),

@@ -12,12 +12,12 @@ from airflow_kafka_backpressure.config.settings import parse_settings
 from airflow_kafka_backpressure.control.cost import CostFit, CostModelError, CostObservation
 from airflow_kafka_backpressure.control.cost_mode import (
     PROBE,
-    CostModel,
     CostParams,
     PlanInputs,
     arrival_rate,
     plan_budget,
 )
+from airflow_kafka_backpressure.control.cost_model import CostModel
 from airflow_kafka_backpressure.control.fixed_cost import fixed_cost_warning
 from airflow_kafka_backpressure.sim import scenarios
 from airflow_kafka_backpressure.sim.simulate import simulate

@@ -12,13 +12,8 @@ from typing import Any, ClassVar
 
 from ..correction import correction_error
 from ..cost import CostModelError, CostObservation
-from ..cost_mode import (
-    DEFAULT_WINDOW_BATCHES,
-    CostModel,
-    CostParams,
-    PlanInputs,
-    plan_budget,
-)
+from ..cost_mode import CostParams, PlanInputs, plan_budget
+from ..cost_model import DEFAULT_WINDOW_BATCHES, CostModel
 from ..fixed_cost import fixed_cost_warning, records_for_fixed_share
 from ..scaling import ScalingDecision, ScalingPolicy, cost_executor_target
 from .base import ControllerStateError, ControlMode, FinishedBatch, PlanDecision, fmt
