@@ -38,6 +38,7 @@ from airflow_kafka_backpressure.ledger import Ledger
 REPO = Path(__file__).resolve().parents[1]
 PIPELINE, TOPIC, WIDTH = "bench", "events", 10
 STEPS = ("plan", "transitions", "heads", "committable")
+GOAL_MS, GOAL_PARTITIONS = 500, 10_000
 
 
 def one_batch(led: Ledger, partitions: int, i: int) -> dict[str, float]:
@@ -166,6 +167,14 @@ def main() -> None:
                 f"ratio at {checkpoints[-1]} / at {first} batches: total {totals[-1] / totals[k]:.2f}, "
                 f"CPU {cpus[-1] / cpus[k]:.2f}"
             )
+        verdicts = ", ".join(
+            f"{'met' if total < GOAL_MS else 'NOT met'} at {c}" for c, total in zip(checkpoints, totals)
+        )
+        scope = "" if args.partitions == GOAL_PARTITIONS else f"; this run has {args.partitions} partitions"
+        print(
+            f"goal (issue 44, at {GOAL_PARTITIONS:,} partitions{scope}): a batch's whole bookkeeping "
+            f"< {GOAL_MS} ms: {verdicts} batches of history"
+        )
         print(
             f"({written} batches, {written * args.partitions} ranges written in {time.monotonic() - started:.0f} s)"
         )
