@@ -33,6 +33,7 @@ __all__ = [
     "advance_watermarks",
     "committable",
     "heads",
+    "heads_of",
     "partition_rows",
     "record_positions",
     "retreat_watermarks",
@@ -81,7 +82,12 @@ def partition_rows(
 
 def stored_heads(conn: Connection, pipeline: str, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
     """``until`` of the last stored range of each of ``tps`` that has one."""
-    return {tp: r.head for tp, r in partition_rows(conn, pipeline, tps).items() if r.head is not None}
+    return heads_of(partition_rows(conn, pipeline, tps))
+
+
+def heads_of(rows: Mapping[TopicPartition, PartitionRow]) -> dict[TopicPartition, int]:
+    """The heads of partition rows already read (those with a stored range)."""
+    return {tp: r.head for tp, r in rows.items() if r.head is not None}
 
 
 def heads(conn: Connection, pipeline: str) -> dict[TopicPartition, int]:

@@ -232,7 +232,7 @@ class PlansMixin(LedgerBase):
         self, known: Mapping[TopicPartition, bookkeeping.PartitionRow]
     ) -> dict[TopicPartition, int]:
         """The heads of the partition rows a plan read (the seam a test bypasses to stale them)."""
-        return {tp: row.head for tp, row in known.items() if row.head is not None}
+        return bookkeeping.heads_of(known)
 
     def _conflict(
         self, pipeline: str, segments: Sequence[ChainSegment], err: IntegrityError
